@@ -1,0 +1,52 @@
+# Two commands do everything on a fresh machine:
+#   make book   - set up, then build the book into _build/html (fails on any notebook error)
+#   make test   - set up, then lint, run the unit tests, check every notebook with nbval and
+#                 check the built site in a headless browser
+# Both create .venv on first use; nothing needs installing by hand.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# torch is installed first at this exact version (the CPU build); requirements.txt keeps a range.
+TORCH_VERSION ?= 2.13.0
+
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: setup browser book test lint unit notebooks clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pip install -r requirements.txt -e .
+	touch $@
+
+# Headless Chromium for the site test (Debian's package; needs root, as on CI machines).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "note: chromium not found and cannot be installed here; the browser test will skip"; fi; }
+
+book: setup
+	$(BIN)/jupyter-book build . --warningiserror --keep-going
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+unit: setup
+	$(BIN)/pytest tests
+
+notebooks: setup
+	$(BIN)/pytest --nbval chapters --sanitize-with .nbval-sanitize.cfg
+
+test: setup browser lint
+	$(BIN)/pytest tests chapters --nbval --sanitize-with .nbval-sanitize.cfg
+
+clean:
+	rm -rf _build

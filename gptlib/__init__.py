@@ -1,0 +1,67 @@
+"""gptlib: the library behind the book. Each module holds one step of the pipeline."""
+
+from gptlib.data import (
+    CORPORA,
+    ChecksumError,
+    CorpusUnavailableError,
+    atomic_write_bytes,
+    data_dir,
+    download,
+    get_batch,
+    load_corpus,
+    train_val_split,
+)
+from gptlib.model import (
+    GPT,
+    FeedForward,
+    GPTConfig,
+    KVCache,
+    MultiHeadAttention,
+    TransformerBlock,
+    causal_mask,
+    layer_norm,
+    merge_heads,
+    scaled_dot_product_attention,
+    sinusoidal_positional_encoding,
+    split_heads,
+)
+from gptlib.tokenizer import (
+    Tokenizer,
+    TokenizerUnavailableError,
+    UnknownTokenError,
+    Vocabulary,
+    get_encoding,
+    token_strings,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CORPORA",
+    "GPT",
+    "ChecksumError",
+    "CorpusUnavailableError",
+    "FeedForward",
+    "GPTConfig",
+    "KVCache",
+    "MultiHeadAttention",
+    "Tokenizer",
+    "TokenizerUnavailableError",
+    "TransformerBlock",
+    "UnknownTokenError",
+    "Vocabulary",
+    "atomic_write_bytes",
+    "causal_mask",
+    "data_dir",
+    "download",
+    "get_batch",
+    "get_encoding",
+    "layer_norm",
+    "load_corpus",
+    "merge_heads",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    "split_heads",
+    "token_strings",
+    "train_val_split",
+]

@@ -1,0 +1,208 @@
+"""Datasets: download (checked and atomic), split, and sample training batches.
+
+``load_corpus("sales-textbook")`` fetches the book's dataset once into a cache folder and reads it
+from there afterwards. The folder is ``$GPTLIB_DATA_DIR`` when that variable is set, otherwise
+``~/.cache/gptlib``. Offline, put the file at the path the error message names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where a named corpus comes from and how to check it."""
+
+    url: str
+    sha256: str
+    filename: str
+
+
+CORPORA: dict[str, CorpusSpec] = {
+    "sales-textbook": CorpusSpec(
+        url=(
+            "https://huggingface.co/datasets/goendalf666/"
+            "sales-textbook_for_convincing_and_selling/raw/main/sales_textbook.txt"
+        ),
+        sha256="1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da",
+        filename="sales_textbook.txt",
+    ),
+}
+
+
+class CorpusUnavailableError(RuntimeError):
+    """A corpus is not cached and could not be downloaded."""
+
+
+class ChecksumError(RuntimeError):
+    """Downloaded bytes do not match the expected sha256 (nothing is written)."""
+
+
+def data_dir() -> Path:
+    """The cache folder for downloaded corpora (``$GPTLIB_DATA_DIR`` or ``~/.cache/gptlib``)."""
+    env = os.environ.get("GPTLIB_DATA_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "gptlib"
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never half.
+
+    The bytes go to a temporary file in the same folder, are flushed to disk, and the temporary
+    file is then renamed over ``path`` (a rename within one file system is atomic).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def download(url: str, dest: str | os.PathLike, sha256: str | None = None, timeout: float = 30.0):
+    """Download ``url`` to ``dest`` atomically, checking its sha256 when given.
+
+    On a wrong checksum nothing is written and :class:`ChecksumError` is raised; when the server
+    cannot be reached :class:`CorpusUnavailableError` says where to put the file by hand.
+    """
+    dest = Path(dest)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            data = response.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise CorpusUnavailableError(
+            f"could not download {url} ({reason}). If you are offline, download the file on a "
+            f"machine with network access and place it at {dest}"
+        ) from err
+    if sha256 is not None:
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256:
+            raise ChecksumError(
+                f"the file downloaded from {url} has sha256 {got}, expected {sha256}; it was not "
+                f"saved. The download may be truncated or the file may have changed upstream."
+            )
+    atomic_write_bytes(dest, data)
+    return dest
+
+
+def corpus_path(name: str) -> Path:
+    """Where the named corpus is (or will be) cached."""
+    return data_dir() / CORPORA[name].filename
+
+
+def load_corpus(
+    name_or_path: str | os.PathLike = "sales-textbook",
+    *,
+    url: str | None = None,
+    timeout: float = 30.0,
+) -> str:
+    """Return the text of a named corpus (downloading it once) or of any local text file.
+
+    ``name_or_path`` is a key of :data:`CORPORA` or a path to a UTF-8 text file. ``url`` overrides
+    where a named corpus is downloaded from (a mirror, or a test server).
+    """
+    if str(name_or_path) in CORPORA:
+        spec = CORPORA[str(name_or_path)]
+        path = corpus_path(str(name_or_path))
+        if path.exists():
+            if sha256_of(path) != spec.sha256:
+                raise ChecksumError(
+                    f"the cached file {path} does not have the expected sha256 {spec.sha256}; "
+                    "delete it to download it again"
+                )
+        else:
+            download(url or spec.url, path, spec.sha256, timeout=timeout)
+        return path.read_text(encoding="utf-8")
+    path = Path(name_or_path)
+    if not path.is_file():
+        known = ", ".join(sorted(CORPORA))
+        raise FileNotFoundError(
+            f"{str(name_or_path)!r} is neither a known corpus name ({known}) nor an existing text "
+            "file; pass a corpus name or the path of a UTF-8 text file"
+        )
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err}); convert it to UTF-8 first") from err
+
+
+def train_val_split(
+    data: torch.Tensor, val_fraction: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split a 1-D token stream into its first ``1 - val_fraction`` and the rest (no shuffling,
+    so no validation text leaks into training windows)."""
+    if data.dim() != 1:
+        raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+    n_train = int(len(data) * (1.0 - val_fraction))
+    return data[:n_train], data[n_train:]
+
+
+def as_generator(seed_or_generator: int | torch.Generator | None) -> torch.Generator:
+    """A ``torch.Generator`` from a seed, an existing generator (returned as is) or None (fresh)."""
+    if isinstance(seed_or_generator, torch.Generator):
+        return seed_or_generator
+    g = torch.Generator()
+    if seed_or_generator is None:
+        g.seed()
+    else:
+        g.manual_seed(int(seed_or_generator))
+    return g
+
+
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    context_length: int,
+    generator: int | torch.Generator | None = None,
+    device: str | torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``batch_size`` random windows from a 1-D token stream.
+
+    Returns ``x`` and ``y``, both ``(batch_size, context_length)``, where ``y`` is ``x`` shifted
+    one token to the left: ``y[b, t]`` is the token that follows ``x[b, t]`` in the text. Pass a
+    seed or a ``torch.Generator`` to make the draw reproducible.
+    """
+    if data.dim() != 1:
+        raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+    if batch_size < 1 or context_length < 1:
+        raise ValueError(
+            f"batch_size and context_length must be positive, got {batch_size}, {context_length}"
+        )
+    if len(data) < context_length + 1:
+        raise ValueError(
+            f"the data has {len(data)} tokens, but one training window needs context_length + 1 = "
+            f"{context_length + 1}; use more text or a shorter context_length"
+        )
+    g = as_generator(generator)
+    starts = torch.randint(len(data) - context_length, (batch_size,), generator=g)  # (B,)
+    offsets = torch.arange(context_length)  # (T,)
+    x = data[starts[:, None] + offsets]  # (B, T)
+    y = data[starts[:, None] + offsets + 1]  # (B, T)
+    if device is not None:
+        x, y = x.to(device), y.to(device)
+    return x, y

@@ -1,0 +1,265 @@
+"""The matplotlib figures the chapters share, so every chapter looks the same.
+
+Colour maps: ``VALUES_CMAP`` for unsigned quantities (attention weights, probabilities) and
+``SIGNED_CMAP`` for values around zero (embeddings, scores, positional encodings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+VALUES_CMAP = "viridis"
+SIGNED_CMAP = "RdBu_r"
+MASK_COLOR = "#d9d9d9"
+
+
+def _to_numpy(m) -> np.ndarray:
+    if isinstance(m, torch.Tensor):
+        return m.detach().float().cpu().numpy()
+    return np.asarray(m, dtype=float)
+
+
+def heatmap(
+    matrix,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    *,
+    mask=None,
+    ax: Axes | None = None,
+    title: str | None = None,
+    cmap: str | None = None,
+    signed: bool | None = None,
+    colorbar: bool = True,
+    annotate: bool = False,
+    fmt: str = "{:.2f}",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> Axes:
+    """A labelled heatmap of a 2-D matrix (token strings on the axes for token-by-token matrices).
+
+    ``mask`` (boolean, same shape, True = keep) greys out the cells that are masked away, and
+    non-finite cells (-inf after masking) are greyed out too. ``signed`` picks a diverging colour
+    map centred on 0 (default: when the matrix has negative values).
+    """
+    m = _to_numpy(matrix)
+    if m.ndim != 2:
+        raise ValueError(f"heatmap needs a 2-D matrix, got shape {m.shape}")
+    hidden = ~np.isfinite(m)
+    if mask is not None:
+        hidden |= ~_to_numpy(mask).astype(bool)
+    shown = np.ma.masked_array(np.where(np.isfinite(m), m, 0.0), mask=hidden)
+    finite = m[~hidden] if (~hidden).any() else np.zeros(1)
+    if signed is None:
+        signed = bool((finite < 0).any())
+    if signed and vmin is None and vmax is None:
+        lim = float(np.abs(finite).max()) or 1.0
+        vmin, vmax = -lim, lim
+    cm = plt.get_cmap(cmap or (SIGNED_CMAP if signed else VALUES_CMAP)).copy()
+    cm.set_bad(MASK_COLOR)
+    if ax is None:
+        size = (max(4.0, 0.32 * m.shape[1] + 2), max(3.0, 0.3 * m.shape[0] + 1.5))
+        _, ax = plt.subplots(figsize=size)
+    im = ax.imshow(shown, cmap=cm, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    if row_labels is not None:
+        ax.set_yticks(range(len(row_labels)), labels=list(row_labels), fontsize=8)
+    if col_labels is not None:
+        ax.set_xticks(range(len(col_labels)), labels=list(col_labels), fontsize=8, rotation=90)
+    if annotate:
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                if not hidden[i, j]:
+                    ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6)
+    if title:
+        ax.set_title(title)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    return ax
+
+
+def positional_encoding_heatmap(pe, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """A positional-encoding table (positions down, dimensions across)."""
+    pe = _to_numpy(pe)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, max(2.5, min(6.0, 0.15 * pe.shape[0] + 1.5))))
+    im = ax.imshow(pe, cmap=SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    ax.set_title(title or f"Sinusoidal positional encoding ({pe.shape[0]} × {pe.shape[1]})")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    return ax
+
+
+def attention_grid(
+    weights,
+    tokens: Sequence[str] | None = None,
+    *,
+    row_titles: Sequence[str] | None = None,
+    col_titles: Sequence[str] | None = None,
+    title: str | None = None,
+    cell_size: float = 2.4,
+) -> Figure:
+    """A grid of attention maps: ``weights`` (H, T, T) gives one row of heads; (L, H, T, T) gives
+    one row per layer. Masked (zero, future) cells are greyed out above the diagonal."""
+    w = _to_numpy(weights)
+    if w.ndim == 3:
+        w = w[None]
+    if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"expected weights of shape (H, T, T) or (L, H, T, T), got {w.shape}")
+    L, H, T, _ = w.shape
+    fig, axes = plt.subplots(
+        L, H, figsize=(cell_size * H + 1, cell_size * L + 0.6), squeeze=False, sharex=True
+    )
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    cm = plt.get_cmap(VALUES_CMAP).copy()
+    cm.set_bad(MASK_COLOR)
+    im = None
+    for layer in range(L):
+        for h in range(H):
+            ax = axes[layer, h]
+            im = ax.imshow(
+                np.ma.masked_array(w[layer, h], mask=future),
+                cmap=cm,
+                vmin=0,
+                vmax=1,
+                interpolation="nearest",
+            )
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer == 0:
+                ax.set_title(col_titles[h] if col_titles else f"head {h}", fontsize=9)
+            if h == 0:
+                ax.set_ylabel(row_titles[layer] if row_titles else f"block {layer}", fontsize=9)
+    if tokens is not None and T <= 24:
+        for h in range(H):
+            axes[-1, h].set_xticks(range(T), labels=list(tokens), rotation=90, fontsize=6)
+        for layer in range(L):
+            axes[layer, 0].set_yticks(range(T), labels=list(tokens), fontsize=6)
+    if title:
+        fig.suptitle(title)
+    fig.colorbar(im, ax=axes, fraction=0.02, pad=0.02, label="attention weight")
+    return fig
+
+
+def loss_curves(
+    history: Mapping[str, Sequence[float]] | Sequence[Mapping[str, float]],
+    ax: Axes | None = None,
+    *,
+    title: str = "Training and validation loss",
+    baselines: Mapping[str, float] | None = None,
+) -> Axes:
+    """Train/validation loss against step.
+
+    ``history`` is either a dict of lists (``step``, ``train_loss``, ``val_loss``) or a list of
+    per-evaluation dicts with those keys. ``baselines`` draws labelled horizontal lines (e.g. the
+    loss of guessing uniformly, ln V, or of a unigram model).
+    """
+    if isinstance(history, Mapping):
+        cols = {k: list(v) for k, v in history.items()}
+    else:
+        rows = list(history)
+        cols = {k: [r.get(k) for r in rows] for k in (rows[0].keys() if rows else ())}
+    if "step" not in cols:
+        raise ValueError("history needs a 'step' column")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("train_loss", "train"), ("val_loss", "validation")):
+        if key in cols:
+            pts = [(s, v) for s, v in zip(cols["step"], cols[key], strict=False) if v is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
+    for name, value in (baselines or {}).items():
+        ax.axhline(value, linestyle="--", linewidth=1, color="grey")
+        ax.annotate(
+            f"{name} ({value:.2f})",
+            (0, value),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=8,
+            color="dimgrey",
+        )
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+# The book's pipeline, in order: (key, box label). Chapters highlight their own step(s).
+PIPELINE_STEPS: tuple[tuple[str, str], ...] = (
+    ("tokenize", "text →\ntoken ids"),
+    ("embed", "token\nembedding"),
+    ("position", "+ positional\nencoding"),
+    ("qkv", "Q, K, V\n& heads"),
+    ("scores", "Q·Kᵀ"),
+    ("scale", "÷ √d_k"),
+    ("mask", "causal\nmask"),
+    ("softmax", "softmax"),
+    ("weighted_values", "weights·V"),
+    ("concat_wo", "concat\n& Wo"),
+    ("add_norm", "residual +\nLayerNorm"),
+    ("ffn", "feed-\nforward"),
+    ("logits", "logits &\nprobabilities"),
+)
+
+
+def pipeline_diagram(
+    highlight: str | Sequence[str] = (), ax: Axes | None = None, title: str | None = None
+) -> Axes:
+    """The whole model as a row of boxes, with the chapter's step(s) highlighted.
+
+    ``highlight`` takes keys of :data:`PIPELINE_STEPS` (e.g. ``"embed"`` or ``["mask",
+    "softmax"]``). Brackets mark the attention steps and the transformer block.
+    """
+    keys = [k for k, _ in PIPELINE_STEPS]
+    wanted = [highlight] if isinstance(highlight, str) else list(highlight)
+    unknown = [k for k in wanted if k not in keys]
+    if unknown:
+        raise ValueError(f"unknown pipeline step(s) {unknown}; choose from {keys}")
+    n = len(PIPELINE_STEPS)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(13, 2.3))
+    w, gap = 0.86, 0.14
+    for i, (key, label) in enumerate(PIPELINE_STEPS):
+        on = key in wanted
+        ax.add_patch(
+            plt.Rectangle(
+                (i, 0),
+                w,
+                1,
+                facecolor="#f28e2b" if on else "#e8eef7",
+                edgecolor="#b35806" if on else "#8da0cb",
+                linewidth=2 if on else 1,
+            )
+        )
+        weight = "bold" if on else "normal"
+        ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=7.5, fontweight=weight)
+        if i < n - 1:
+            ax.annotate("", (i + 1, 0.5), (i + w, 0.5), arrowprops={"arrowstyle": "->", "lw": 0.8})
+
+    def bracket(first: str, last: str, y: float, text: str) -> None:
+        a, b = keys.index(first), keys.index(last) + w
+        ax.plot([a, a, b, b], [y - 0.08, y, y, y - 0.08], color="dimgrey", lw=1)
+        ax.text((a + b) / 2, y + 0.05, text, ha="center", va="bottom", fontsize=8, color="dimgrey")
+
+    bracket("qkv", "concat_wo", 1.2, "masked multi-head attention")
+    bracket("qkv", "ffn", 1.62, "transformer block (repeated n_blocks times)")
+    ax.set_xlim(-0.1, n + gap)
+    ax.set_ylim(-0.1, 2.05)
+    ax.axis("off")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
