@@ -1,0 +1,78 @@
+"""The book's running example, built the same way in every chapter.
+
+The sales textbook tokenized with cl100k_base, split 90/10, and one batch of 4 windows of 16
+tokens drawn with a fixed seed; a model of the book's size (d_model 64, 4 heads, 8 blocks) whose
+weights are also fixed by a seed. Every chapter calls :func:`running_example` so they all look at
+the same sentences and the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from gptlib.data import get_batch, load_corpus, train_val_split
+from gptlib.model import GPT, GPTConfig
+from gptlib.tokenizer import Tokenizer
+
+BATCH_SIZE = 4
+CONTEXT_LENGTH = 16
+D_MODEL = 64
+N_HEADS = 4
+N_BLOCKS = 8
+BATCH_SEED = 1337  # seeds the draw of the example batch
+MODEL_SEED = 0  # seeds the example model's random weights
+
+
+@dataclass
+class RunningExample:
+    """Everything the chapters share. ``ids`` are cl100k ids of the whole corpus."""
+
+    text: str
+    tokenizer: Tokenizer
+    ids: torch.Tensor  # (N,) the whole corpus
+    train: torch.Tensor  # (0.9 N,)
+    val: torch.Tensor  # (0.1 N,)
+    x: torch.Tensor  # (BATCH_SIZE, CONTEXT_LENGTH) input ids
+    y: torch.Tensor  # (BATCH_SIZE, CONTEXT_LENGTH) next-token targets
+    config: GPTConfig
+
+    def tokens(self, row: int = 0) -> list[str]:
+        """Readable token strings of one row of the batch (for plot axes)."""
+        return self.tokenizer.token_strings(self.x[row].tolist())
+
+    def model(self, seed: int = MODEL_SEED, **overrides) -> GPT:
+        """A freshly initialised model of the book's size, seeded, in eval mode (no dropout).
+
+        Keyword arguments override :class:`GPTConfig` fields, e.g. ``norm="post"``.
+        """
+        torch.manual_seed(seed)
+        model = GPT(replace(self.config, **overrides))
+        return model.eval()
+
+
+def book_config(vocab_size: int = 100_070, **overrides) -> GPTConfig:
+    """The running example's model configuration (explicit attention, so weights can be shown)."""
+    base = GPTConfig(
+        vocab_size=vocab_size,
+        context_length=CONTEXT_LENGTH,
+        d_model=D_MODEL,
+        n_heads=N_HEADS,
+        n_blocks=N_BLOCKS,
+        ffn_mult=4,
+        dropout=0.1,
+        fused_attention=False,
+    )
+    return replace(base, **overrides)
+
+
+def running_example(seed: int = BATCH_SEED) -> RunningExample:
+    """Load (or download once) the sales textbook and draw the book's example batch."""
+    text = load_corpus("sales-textbook")
+    tokenizer = Tokenizer("cl100k_base")
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    train, val = train_val_split(ids, 0.1)
+    x, y = get_batch(train, BATCH_SIZE, CONTEXT_LENGTH, generator=seed)
+    config = book_config(vocab_size=int(ids.max()) + 1)
+    return RunningExample(text, tokenizer, ids, train, val, x, y, config)
