@@ -20,7 +20,6 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install "torch==$(TORCH_VERSION)"
 	$(BIN)/python -m pip install -r requirements.txt -e .
 	touch $@

@@ -399,7 +399,7 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token embedding + positional encoding for positions start..start+T-1: (B, T, C)."""
         T = idx.shape[1]
-        x = self.token_embedding(idx)  # (B, T, C)
+        x = self.token_embedding(idx.long())  # (B, T, C); nn.Embedding takes int64/int32 only
         if self.position_embedding is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.position_embedding(pos)  # (T, C) broadcasts over B
@@ -438,7 +438,10 @@ class GPT(nn.Module):
                     f"targets must have the same shape as the input {tuple(idx.shape)}, "
                     f"got {tuple(targets.shape)}"
                 )
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            if targets.dtype.is_floating_point or targets.dtype.is_complex:
+                raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
+            # cross_entropy needs int64 class indices
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
         return logits, loss
 
     @torch.no_grad()

@@ -62,8 +62,9 @@ def heatmap(
     if signed and vmin is None and vmax is None:
         lim = float(np.abs(finite).max()) or 1.0
         vmin, vmax = -lim, lim
-    cm = plt.get_cmap(cmap or (SIGNED_CMAP if signed else VALUES_CMAP)).copy()
-    cm.set_bad(MASK_COLOR)
+    # with_extremes returns a copy (Colormap.set_bad is being deprecated in matplotlib 3.11)
+    base = plt.get_cmap(cmap or (SIGNED_CMAP if signed else VALUES_CMAP))
+    cm = base.with_extremes(bad=MASK_COLOR)
     if ax is None:
         size = (max(4.0, 0.32 * m.shape[1] + 2), max(3.0, 0.3 * m.shape[0] + 1.5))
         _, ax = plt.subplots(figsize=size)
@@ -122,8 +123,7 @@ def attention_grid(
         L, H, figsize=(cell_size * H + 1, cell_size * L + 0.6), squeeze=False, sharex=True
     )
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
-    cm = plt.get_cmap(VALUES_CMAP).copy()
-    cm.set_bad(MASK_COLOR)
+    cm = plt.get_cmap(VALUES_CMAP).with_extremes(bad=MASK_COLOR)
     im = None
     for layer in range(L):
         for h in range(H):

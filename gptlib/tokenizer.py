@@ -65,10 +65,13 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
     """
     try:
         return tiktoken.get_encoding(name)
-    except ValueError as err:  # unknown encoding name
-        known = ", ".join(tiktoken.list_encoding_names())
-        raise ValueError(f"unknown tiktoken encoding {name!r}; known encodings: {known}") from err
     except Exception as err:  # network errors come from requests/urllib and vary by version
+        if isinstance(err, ValueError) and name not in tiktoken.list_encoding_names():
+            known = ", ".join(tiktoken.list_encoding_names())
+            raise ValueError(
+                f"unknown tiktoken encoding {name!r}; known encodings: {known}"
+            ) from err
+        # a known name can still fail with a ValueError (tiktoken's download hash check)
         urls = ENCODING_URLS.get(name, ())
         missing = [(u, cache_path_for(u)) for u in urls if not os.path.exists(cache_path_for(u))]
         if not missing:  # cached but still failing: a corrupt file, say
@@ -80,7 +83,7 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
         lines = "\n".join(f"  {u}\n    -> save as {p}" for u, p in missing)
         raise TokenizerUnavailableError(
             f"could not load the tiktoken encoding {name!r}: it is not cached and could not be "
-            f"downloaded ({type(err).__name__}). Missing file(s):\n{lines}\n"
+            f"downloaded ({type(err).__name__}: {err}). Missing file(s):\n{lines}\n"
             "Either connect to the internet, or download each URL above to the path shown, or set "
             "TIKTOKEN_CACHE_DIR to a folder that already holds these files."
         ) from err
