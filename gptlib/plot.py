@@ -77,7 +77,12 @@ def heatmap(
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 if not hidden[i, j]:
-                    ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6)
+                    r, g, b, _ = im.cmap(im.norm(m[i, j]))
+                    dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # white text on dark cells
+                    color = "white" if dark else "black"
+                    ax.text(
+                        j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6, color=color
+                    )
     if title:
         ax.set_title(title)
     if xlabel:
