@@ -11,7 +11,6 @@ STAMP  := $(VENV)/.installed
 # torch is installed first at this exact version (the CPU build); requirements.txt keeps a range.
 TORCH_VERSION ?= 2.13.0
 
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .PHONY: setup browser book test lint unit notebooks clean
