@@ -41,10 +41,10 @@ unit: setup
 	$(BIN)/pytest tests
 
 notebooks: setup
-	$(BIN)/pytest --nbval chapters --sanitize-with .nbval-sanitize.cfg
+	$(BIN)/pytest --nbval chapters --nbval-sanitize-with .nbval-sanitize.cfg
 
 test: setup browser lint
-	$(BIN)/pytest tests chapters --nbval --sanitize-with .nbval-sanitize.cfg
+	$(BIN)/pytest tests chapters --nbval --nbval-sanitize-with .nbval-sanitize.cfg
 
 clean:
 	rm -rf _build

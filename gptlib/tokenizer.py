@@ -92,13 +92,13 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
 def token_strings(encoding: tiktoken.Encoding, ids: Iterable[int]) -> list[str]:
     """Readable text of each token, for table and plot labels.
 
-    Spaces are shown as ``␣`` and newlines as ``↵`` so that a lone space token is visible; a
+    Spaces are shown as ``␣``, newlines as ``↵`` and tabs as ``⇥`` so that whitespace is visible; a
     token that is only part of a multi-byte character is shown with the replacement character.
     """
     out = []
     for i in ids:
         s = encoding.decode_single_token_bytes(int(i)).decode("utf-8", errors="replace")
-        out.append(s.replace(" ", "␣").replace("\n", "↵"))
+        out.append(s.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥"))
     return out
 
 
