@@ -1,0 +1,293 @@
+"""Text generation: one token at a time, with a KV cache; also ``python -m gptlib.generate``.
+
+Generation repeats one step: run the model on the tokens so far, take the logits of the last
+position, turn them into a choice (greedy argmax at temperature 0, otherwise a sample from the
+softmax of ``logits / temperature``, optionally restricted to the ``top_k`` most likely tokens),
+and append it.
+
+**The KV cache.** Without a cache every step runs the whole window again, although the keys and
+values of the earlier tokens are the same as in the previous step (causal attention: a token never
+looks at later ones). With :class:`gptlib.model.KVCache` the model keeps them and each step only
+feeds the one new token, at position ``cache.length``.
+
+**Sliding past the context, exactly.** The model uses absolute positions and the no-cache path
+always feeds the last ``context_length`` tokens at positions ``0..T-1``. Once the sequence is
+longer than the context, the window slides by one token per step: every token's position changes
+and the oldest token drops out, so *every* cached key and value (which depend on the positions
+and, from the second block on, on the dropped token) becomes stale. There is no cheaper exact
+update, so this module re-runs the full window (as the no-cache path does) for every step after
+the window is full. Up to the context length the cache saves most of the work; past it the two
+paths cost the same and give the same tokens. (A cache that refilled only every few steps would
+be faster but would no longer match the no-cache model.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+from gptlib.checkpoint import CheckpointError, load_checkpoint, unwrap
+from gptlib.model import GPT, KVCache
+from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError
+from gptlib.train import (
+    OneLineParser,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    resolve_device,
+    usage_error,
+)
+
+
+def next_token_logits(model: GPT, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    """Logits for the token after the last one of ``idx`` (B, T): shape (B, V), float32.
+
+    Runs the model like ``model(idx, cache=cache)`` but applies the output layer to the last
+    position only (the other positions' logits are not needed to generate). With a cache, ``idx``
+    holds only the new tokens and the cache is extended in place.
+    """
+    start = cache.length if cache is not None else 0
+    T = idx.shape[1]
+    if start + T > model.config.context_length:
+        raise ValueError(
+            f"{T} new tokens after {start} cached ones exceed the context length "
+            f"{model.config.context_length}"
+        )
+    x = model.embed(idx, start)  # (B, T, C)
+    for i, block in enumerate(model.blocks):
+        past = cache.layers[i] if cache is not None and i < len(cache.layers) else None
+        x, kv, _ = block(x, past=past)  # kv: (B, H, start + T, hs) each
+        if cache is not None:
+            if i < len(cache.layers):
+                cache.layers[i] = kv
+            else:
+                cache.layers.append(kv)
+    x = model.final_norm(x[:, -1, :])  # (B, C)
+    return model.lm_head(x).float()  # (B, V)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Choose one token per row of ``logits`` (B, V): returns (B,) ids.
+
+    Temperature 0 is greedy (argmax). Otherwise the probabilities are ``softmax(logits / T)``
+    over the ``top_k`` largest logits (all of them when ``top_k`` is None).
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    if top_k is not None and top_k < logits.shape[-1]:
+        values, candidates = torch.topk(logits, top_k, dim=-1)  # (B, k) each
+    else:
+        values, candidates = logits, None
+    # subtract the max before dividing so a tiny temperature cannot overflow to inf - inf
+    scaled = (values - values.max(dim=-1, keepdim=True).values) / temperature
+    probs = torch.softmax(scaled, dim=-1)  # (B, k) or (B, V)
+    choice = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+    if candidates is not None:
+        choice = candidates.gather(-1, choice)
+    return choice.squeeze(-1)
+
+
+def _prompt_tensor(prompt_ids: torch.Tensor | list[int]) -> tuple[torch.Tensor, bool]:
+    if isinstance(prompt_ids, torch.Tensor):
+        idx = prompt_ids
+    else:
+        try:
+            idx = torch.tensor(list(prompt_ids), dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"prompt_ids must be a list of ints or a tensor ({err})") from None
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool or idx.is_complex():
+        raise TypeError(f"prompt_ids must be integer token ids, got {idx.dtype}")
+    if idx.dim() not in (1, 2):
+        raise ValueError(f"prompt_ids must be 1-D (T,) or 2-D (B, T), got {tuple(idx.shape)}")
+    one_d = idx.dim() == 1
+    idx = idx[None] if one_d else idx
+    if idx.shape[1] == 0 or idx.shape[0] == 0:
+        raise ValueError("the prompt is empty: give at least one token id")
+    return idx.long(), one_d
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def generate(
+    model: GPT,
+    prompt_ids: torch.Tensor | list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+) -> torch.Tensor:
+    """Continue ``prompt_ids`` by ``max_new_tokens`` tokens; returns prompt + new tokens.
+
+    ``prompt_ids``: a list or 1-D tensor (the result is 1-D) or a (B, T) tensor (the result is
+    (B, T + max_new_tokens)). Only the last ``context_length`` tokens are fed to the model.
+    ``temperature`` 0 is greedy; ``top_k`` keeps the k most likely tokens; ``seed`` makes the
+    sampling reproducible through a local generator (PyTorch's global one is not touched).
+    ``use_cache`` uses a KV cache; the tokens are the same either way (see the module docstring
+    for how the cache slides past the context length). The model runs in eval mode and is put
+    back in the mode it had.
+    """
+    # inference mode skips autograd bookkeeping; the clone gives the caller an ordinary tensor
+    # (an inference-mode tensor could not be used as the input of a later training step)
+    out = _generate(model, prompt_ids, max_new_tokens, temperature, top_k, seed, use_cache)
+    return out.clone()
+
+
+@torch.inference_mode()
+def _generate(
+    model: GPT,
+    prompt_ids: torch.Tensor | list[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int | None,
+    use_cache: bool,
+) -> torch.Tensor:
+    model = unwrap(model)
+    if not isinstance(model, GPT):
+        raise TypeError(f"generate expects a gptlib GPT model, got {type(model).__name__}")
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    idx, one_d = _prompt_tensor(prompt_ids)
+    V, ctx = model.config.vocab_size, model.config.context_length
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(
+            f"prompt token id {lo if lo < 0 else hi} is outside the model's vocabulary "
+            f"0..{V - 1}; encode the prompt with the tokenizer the model was trained with"
+        )
+    device = next(model.parameters()).device
+    B, T0 = idx.shape
+    out = torch.empty(B, T0 + max_new_tokens, dtype=torch.long, device=device)  # (B, T0 + new)
+    out[:, :T0] = idx.to(device)
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(seed))
+
+    was_training = model.training
+    model.eval()
+    try:
+        if max_new_tokens > 0:
+            cache = KVCache() if use_cache else None
+            length = T0
+            logits = next_token_logits(model, out[:, max(0, length - ctx) : length], cache)
+            for i in range(max_new_tokens):
+                out[:, length] = sample_next(logits, temperature, top_k, generator)
+                length += 1
+                if i == max_new_tokens - 1:
+                    break
+                if cache is not None and length <= ctx:
+                    # the window still starts at token 0: only the new token needs computing
+                    logits = next_token_logits(model, out[:, length - 1 : length], cache)
+                else:
+                    # no cache, or the window slid: every position moved, run the whole window
+                    logits = next_token_logits(model, out[:, max(0, length - ctx) : length])
+    finally:
+        model.train(was_training)
+    return out[0] if one_d else out
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
+    """Decode ids to text; an id the encoding cannot decode (a gap between its ordinary and
+    special tokens, which a full-size model could in principle sample) becomes U+FFFD."""
+    try:
+        return tokenizer.decode(ids)
+    except KeyError:  # also UnknownTokenError
+        parts = []
+        for i in ids:
+            try:
+                parts.append(tokenizer.decode([i]))
+            except KeyError:
+                parts.append("\ufffd")
+        return "".join(parts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="python -m gptlib.generate",
+        description="Generate text from a checkpoint written by python -m gptlib.train.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="checkpoint file, or the training output folder")
+    p.add_argument("--prompt", "-p", default="\n", help="text to continue")
+    p.add_argument(
+        "--max-new-tokens", "--length", "-n", dest="max_new_tokens", type=nonneg_int,
+        default=100, help="how many tokens to generate",
+    )  # fmt: skip
+    p.add_argument(
+        "--temperature", "-t", type=nonneg_float, default=0.8,
+        help="0 = greedy; lower = safer, higher = more varied",
+    )  # fmt: skip
+    p.add_argument("--top-k", "-k", type=positive_int, default=None, help="sample among k best")
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda[:N], mps")
+    p.add_argument("--no-cache", action="store_true", help="do not use the KV cache (slower)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gptlib.generate``: returns the exit status (0 ok, 1 failure, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.prompt == "":
+        parser.error("argument --prompt: the prompt is empty; give at least one character")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
+    try:
+        ckpt = load_checkpoint(args.checkpoint, map_location=device)
+        tokenizer = Tokenizer(ckpt.extra.get("encoding") or "cl100k_base", ckpt.vocab)
+        try:
+            prompt = tokenizer.encode(args.prompt)
+        except UnknownTokenError as err:
+            return usage_error(parser.prog, f"the model cannot read this prompt: {err}")
+        if not prompt:
+            return usage_error(parser.prog, "the prompt encodes to no tokens")
+        if max(prompt) >= ckpt.model_config.vocab_size:
+            return usage_error(
+                parser.prog,
+                f"prompt token id {max(prompt)} is outside the model's vocabulary of "
+                f"{ckpt.model_config.vocab_size}; use text the model was trained on",
+            )
+        ids = generate(
+            ckpt.model, prompt, args.max_new_tokens, temperature=args.temperature,
+            top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache,
+        )  # fmt: skip
+        print(decode_lenient(tokenizer, ids.tolist()))
+        return 0
+    except (CheckpointError, TokenizerUnavailableError, UnknownTokenError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    from gptlib.generate import main as _main  # the package's module, not a second __main__ copy
+
+    sys.exit(_main())

@@ -1,0 +1,304 @@
+"""Checkpoints: round trip, atomic writes, refusal of unsafe/truncated/mismatched files, resume."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gptlib import checkpoint as ckpt_module
+from gptlib.checkpoint import (
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from gptlib.model import GPT, GPTConfig
+from gptlib.tokenizer import Vocabulary
+from gptlib.train import TrainConfig, make_optimizer, train
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train faster on one thread (and far faster on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+CONFIG = GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_blocks=1)
+
+
+def small_model(seed: int = 0, config: GPTConfig = CONFIG) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(config)
+
+
+def data(n: int = 800) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    ids = (torch.arange(n) * 7 + torch.randint(0, 3, (n,), generator=g)) % CONFIG.vocab_size
+    return ids[:700], ids[700:]
+
+
+def save_example(path, step: int = 3) -> tuple[GPT, TrainConfig, Vocabulary]:
+    model = small_model()
+    config = TrainConfig(max_iters=50, learning_rate=2e-3)
+    optimizer = make_optimizer(model, config, torch.device("cpu"))
+    x = torch.randint(30, (2, 8))
+    model(x, x)[1].backward()
+    optimizer.step()
+    vocab = Vocabulary(tuple(range(100, 130)))
+    save_checkpoint(
+        path, model, optimizer=optimizer, train_config=config, vocab=vocab, step=step,
+        extra={"note": "hello", "rng": [torch.get_rng_state()]},
+    )  # fmt: skip
+    return model, config, vocab
+
+
+# ---- round trip ------------------------------------------------------------------------------
+
+
+def test_round_trip_restores_everything(tmp_path):
+    path = tmp_path / "run" / "checkpoint.pt"
+    model, config, vocab = save_example(path, step=3)
+    loaded = load_checkpoint(path)
+    assert loaded.model_config == CONFIG
+    assert loaded.train_config == config
+    assert loaded.vocab == vocab
+    assert loaded.step == 3
+    assert loaded.extra["note"] == "hello"
+    assert isinstance(loaded.extra["rng"][0], torch.Tensor)
+    assert not loaded.model.training
+    for (name, a), b in zip(
+        model.state_dict().items(), loaded.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    x = torch.randint(30, (3, 8))
+    model.eval()
+    assert torch.equal(model(x)[0], loaded.model(x)[0])
+    state = loaded.optimizer_state
+    assert state is not None and len(state["state"]) == len(list(model.parameters()))
+    # the folder works as well as the file
+    assert load_checkpoint(tmp_path / "run").step == 3
+
+
+def test_round_trip_with_tied_embeddings_and_no_extras(tmp_path):
+    config = replace(CONFIG, tie_embeddings=True, positions="learned")
+    model = small_model(config=config)
+    save_checkpoint(tmp_path / "t.pt", model)
+    loaded = load_checkpoint(tmp_path / "t.pt")
+    assert loaded.model.lm_head.weight is loaded.model.token_embedding.weight
+    assert loaded.vocab is None and loaded.train_config is None and loaded.optimizer_state is None
+    assert torch.equal(loaded.model.token_embedding.weight, model.token_embedding.weight)
+
+
+def test_extra_must_be_plain_data(tmp_path):
+    with pytest.raises(TypeError, match=r"extra\['cfg'\] is a GPTConfig"):
+        save_checkpoint(tmp_path / "x.pt", small_model(), extra={"cfg": CONFIG})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- atomic writes ---------------------------------------------------------------------------
+
+
+def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_example(path, step=1)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def half_then_crash(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        f.seek(0)
+        f.truncate(len(before) // 2)  # half a file on disk, then the "power cut"
+        raise OSError("simulated crash while writing")
+
+    monkeypatch.setattr(ckpt_module.torch, "save", half_then_crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_checkpoint(path, small_model(seed=5), step=2)
+    assert path.read_bytes() == before
+    assert load_checkpoint(path).step == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file
+
+
+def test_failed_rename_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_example(path, step=1)
+    before = path.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError("simulated failure of the rename")
+
+    monkeypatch.setattr(ckpt_module.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="rename"):
+        save_checkpoint(path, small_model(seed=5), step=2)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_checkpoint_files_follow_the_umask(tmp_path):
+    path = save_checkpoint(tmp_path / "c.pt", small_model())
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# ---- refusals --------------------------------------------------------------------------------
+
+EXECUTED = {"flag": False}
+
+
+def set_flag() -> None:
+    """What a malicious file would run; here it only records that it ran."""
+    EXECUTED["flag"] = True
+
+
+class Payload:
+    def __reduce__(self):
+        return (set_flag, ())
+
+
+def test_malicious_pickle_is_refused_without_running_it(tmp_path):
+    path = tmp_path / "evil.pt"
+    good = small_model().state_dict()
+    torch.save({"format": FORMAT, "version": VERSION, "model_state": good, "x": Payload()}, path)
+    EXECUTED["flag"] = False
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "refusing to load" in message and "arbitrary code" in message
+    assert "set_flag" in message  # names what it refused
+    assert EXECUTED["flag"] is False
+
+
+def test_truncated_file_is_refused(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_example(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="is truncated or corrupt"):
+        load_checkpoint(path)
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is truncated or corrupt"):
+        load_checkpoint(path)
+    path.write_bytes(b"definitely not a checkpoint")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(path)
+
+
+def test_missing_file_and_foreign_files(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at .*nope.pt: check the path"):
+        load_checkpoint(tmp_path / "nope.pt")
+    torch.save(small_model().state_dict(), tmp_path / "bare.pt")
+    with pytest.raises(CheckpointError, match="not a gptlib checkpoint .*bare state_dict"):
+        load_checkpoint(tmp_path / "bare.pt")
+
+
+def test_weights_that_do_not_match_the_config_are_refused(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_example(path)
+    raw = torch.load(path, weights_only=True)
+    raw["model_config"]["d_model"] = 32  # the weights are still d_model 16
+    raw["model_config"]["n_heads"] = 4
+    torch.save(raw, path)
+    with pytest.raises(
+        CheckpointError, match="do not match the model configuration.*size mismatch"
+    ):
+        load_checkpoint(path)
+
+
+def test_invalid_or_unknown_config_fields_are_refused(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_example(path)
+    raw = torch.load(path, weights_only=True)
+    raw["model_config"]["n_heads"] = 3
+    torch.save(raw, path)
+    with pytest.raises(CheckpointError, match="model_config is invalid.*divisible by n_heads"):
+        load_checkpoint(path)
+    raw["model_config"]["n_heads"] = 2
+    raw["model_config"]["rotary"] = True
+    torch.save(raw, path)
+    with pytest.raises(CheckpointError, match=r"does not know: \['rotary'\]"):
+        load_checkpoint(path)
+
+
+# ---- resume ----------------------------------------------------------------------------------
+
+
+def run_config(**overrides) -> TrainConfig:
+    base = TrainConfig(
+        batch_size=4, max_iters=12, learning_rate=3e-3, eval_interval=4, eval_iters=2,
+        device="cpu",
+    )  # fmt: skip
+    return replace(base, **overrides)
+
+
+def assert_same_weights(a: GPT, b: GPT) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_resume_gives_the_same_losses_as_one_run(tmp_path):
+    tr, va = data()
+    whole = small_model()
+    h_whole = train(whole, tr, va, run_config(), quiet=True)
+
+    path = tmp_path / "checkpoint.pt"
+    h_first = train(
+        small_model(), tr, va, run_config(max_iters=8), checkpoint_path=path, quiet=True
+    )
+    assert load_checkpoint(path).step == 8
+    resumed = small_model(seed=99)  # different weights on purpose: resume must replace them
+    h_resumed = train(resumed, tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True)
+
+    assert h_first["step"] == [4.0, 8.0]
+    assert h_resumed["step"] == h_whole["step"] == [4.0, 8.0, 12.0]
+    assert h_resumed["train_loss"] == h_whole["train_loss"]
+    assert h_resumed["val_loss"] == h_whole["val_loss"]
+    assert_same_weights(resumed, whole)
+    assert load_checkpoint(path).step == 12
+
+
+def test_resume_with_cosine_schedule_and_stop_at(tmp_path):
+    tr, va = data()
+    config = run_config(warmup_iters=3, lr_schedule="cosine", min_lr=1e-4, max_iters=12)
+    whole = small_model()
+    h_whole = train(whole, tr, va, config, quiet=True)
+    path = tmp_path / "c.pt"
+    train(small_model(), tr, va, config, checkpoint_path=path, stop_at=6, quiet=True)
+    resumed = small_model()
+    h = train(resumed, tr, va, config, checkpoint_path=path, resume=True, quiet=True)
+    assert h["step"] == [4.0, 6.0, 8.0, 12.0]  # the pause at step 6 was evaluated too
+    keep = [i for i, s in enumerate(h["step"]) if s != 6.0]
+    assert [h["val_loss"][i] for i in keep] == h_whole["val_loss"]
+    assert [h["lr"][i] for i in keep] == h_whole["lr"]
+    assert_same_weights(resumed, whole)
+
+
+def test_resume_into_a_different_model_is_refused(tmp_path):
+    tr, va = data()
+    path = tmp_path / "c.pt"
+    vocab = Vocabulary(tuple(range(30)))
+    train(
+        small_model(),
+        tr,
+        va,
+        run_config(max_iters=4),
+        checkpoint_path=path,
+        vocab=vocab,
+        quiet=True,
+    )
+    other = small_model(config=replace(CONFIG, d_model=32, n_heads=4))
+    with pytest.raises(
+        CheckpointError, match="different model .*d_model: checkpoint 16 vs model 32"
+    ):
+        train(other, tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True)
+    with pytest.raises(CheckpointError, match="vocabulary differs"):
+        train(
+            small_model(), tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True,
+            vocab=Vocabulary(tuple(range(1, 31))),
+        )  # fmt: skip

@@ -1,0 +1,288 @@
+"""The training loop: configuration checks, schedule, history, reproducibility, non-finite loss."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gptlib.checkpoint import load_checkpoint
+from gptlib.model import GPT, GPTConfig
+from gptlib.train import (
+    HISTORY_KEYS,
+    TrainConfig,
+    batch_seed,
+    estimate_loss,
+    learning_rate_at,
+    make_optimizer,
+    resolve_device,
+    train,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train faster on one thread (and far faster on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+VOCAB = 40
+
+
+def tiny_config(**overrides) -> GPTConfig:
+    base = GPTConfig(
+        vocab_size=VOCAB, context_length=8, d_model=16, n_heads=2, n_blocks=2, dropout=0.1
+    )
+    return replace(base, **overrides)
+
+
+def tiny_model(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(tiny_config(**overrides))
+
+
+def pattern_data(n: int = 1200, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token stream that is mostly a repeating cycle (learnable) with a little noise."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.arange(n) % VOCAB
+    noise = torch.rand(n, generator=g) < 0.05
+    ids[noise] = torch.randint(VOCAB, (int(noise.sum()),), generator=g)
+    split = int(n * 0.9)
+    return ids[:split], ids[split:]
+
+
+def quick_config(**overrides) -> TrainConfig:
+    base = TrainConfig(
+        batch_size=4,
+        max_iters=12,
+        learning_rate=3e-3,
+        eval_interval=4,
+        eval_iters=2,
+        device="cpu",
+    )
+    return replace(base, **overrides)
+
+
+# ---- configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("batch_size", 0, "batch_size must be a positive integer"),
+        ("max_iters", -5, "max_iters must be a positive integer"),
+        ("learning_rate", 0.0, "learning_rate must be a positive number"),
+        ("learning_rate", float("nan"), "learning_rate must be a positive number"),
+        ("lr_schedule", "linear", "lr_schedule must be one of"),
+        ("warmup_iters", -1, "warmup_iters must be an integer >= 0"),
+        ("grad_clip", -1.0, "grad_clip must be >= 0"),
+        ("beta2", 1.0, "beta2 must be in [0, 1)"),
+        ("eval_iters", 0, "eval_iters must be a positive integer"),
+        ("weight_decay", -0.1, "weight_decay must be >= 0"),
+    ],
+)
+def test_train_config_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match="invalid TrainConfig") as info:
+        TrainConfig(**{field: value})
+    assert message in str(info.value)
+
+
+def test_min_lr_above_lr_is_rejected_for_cosine():
+    with pytest.raises(ValueError, match=r"min_lr \(0.01\) must not exceed learning_rate"):
+        TrainConfig(lr_schedule="cosine", learning_rate=1e-3, min_lr=1e-2)
+
+
+def test_learning_rate_schedule_shapes():
+    c = TrainConfig(learning_rate=1e-3, warmup_iters=10, lr_schedule="cosine", min_lr=1e-4)
+    c = replace(c, max_iters=110)
+    warm = [learning_rate_at(s, c) for s in range(10)]
+    assert warm == pytest.approx([1e-4 * (s + 1) for s in range(10)])  # linear up to lr
+    assert learning_rate_at(10, c) == pytest.approx(1e-3)  # peak right after warm-up
+    assert learning_rate_at(60, c) == pytest.approx(0.5 * (1e-3 + 1e-4))  # half-way down
+    assert learning_rate_at(110, c) == pytest.approx(1e-4)  # reaches min_lr at max_iters
+    decay = [learning_rate_at(s, c) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(decay, decay[1:], strict=False))
+    constant = replace(c, lr_schedule="constant")
+    assert learning_rate_at(100, constant) == 1e-3
+
+
+def test_resolve_device():
+    expected = "cuda" if torch.cuda.is_available() else None
+    auto = resolve_device("auto")
+    if expected:
+        assert auto.type == expected
+    elif not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        assert auto == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="unknown device 'gpu7'"):
+        resolve_device("gpu7")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+
+
+def test_optimizer_decays_matrices_only():
+    model = tiny_model()
+    opt = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"])
+    assert all(p.dim() == 1 for p in no_decay["params"])  # biases and LayerNorm gains
+    n = sum(p.numel() for g in opt.param_groups for p in g["params"])
+    assert n == model.num_parameters()
+
+
+def test_batch_seed_differs_by_rank():
+    assert len({batch_seed(1337, r) for r in range(4)}) == 4
+    assert batch_seed(1337, 0) == 1337
+
+
+# ---- the loop --------------------------------------------------------------------------------
+
+
+def test_train_returns_history_and_learns():
+    tr, va = pattern_data()
+    model = tiny_model().eval()
+    before = estimate_loss(model, va, quick_config())
+    config = quick_config(max_iters=40, eval_interval=10, learning_rate=2e-2)
+    history = train(model, tr, va, config, quiet=True)
+    assert set(history) == set(HISTORY_KEYS)
+    assert history["step"] == [10.0, 20.0, 30.0, 40.0]
+    assert all(len(v) == 4 for v in history.values())
+    assert history["lr"] == [2e-2] * 4
+    assert all(t > 0 for t in history["tokens_per_sec"])
+    assert history["elapsed_s"] == sorted(history["elapsed_s"])
+    assert history["val_loss"][-1] < before - 0.5  # the cycle is learnable
+    assert history["train_loss"][-1] < history["train_loss"][0]
+    assert not model.training  # the mode the model came in with
+
+
+def test_last_step_is_always_evaluated():
+    tr, va = pattern_data()
+    history = train(tiny_model(), tr, va, quick_config(max_iters=10, eval_interval=4), quiet=True)
+    assert history["step"] == [4.0, 8.0, 10.0]
+
+
+def test_same_seed_same_losses_and_different_seed_differs():
+    tr, va = pattern_data()
+    h1 = train(tiny_model(), tr, va, quick_config(), quiet=True)
+    h2 = train(tiny_model(), tr, va, quick_config(), quiet=True)
+    h3 = train(tiny_model(), tr, va, quick_config(seed=7), quiet=True)
+    assert h1["train_loss"] == h2["train_loss"] and h1["val_loss"] == h2["val_loss"]
+    assert h1["train_loss"] != h3["train_loss"]
+
+
+def test_progress_bar_shows_losses_and_throughput(capsys):
+    tr, va = pattern_data()
+    train(tiny_model(), tr, va, quick_config(max_iters=4), quiet=False)
+    err = capsys.readouterr().err
+    assert "train" in err and "val" in err and "tok/s" in err and "4/4" in err
+    train(tiny_model(), tr, va, quick_config(max_iters=4), quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_bad_data_is_rejected_with_clear_errors():
+    tr, va = pattern_data()
+    model = tiny_model()
+    with pytest.raises(ValueError, match="outside the model's vocabulary 0..39"):
+        train(model, tr + VOCAB, va, quick_config(), quiet=True)
+    with pytest.raises(ValueError, match="val_data has 5 tokens, but one training window needs"):
+        train(model, tr, va[:5], quick_config(), quiet=True)
+    with pytest.raises(ValueError, match="must be a 1-D tensor"):
+        train(model, tr.view(-1, 4), va, quick_config(), quiet=True)
+    with pytest.raises(ValueError, match="resume=True needs a checkpoint_path"):
+        train(model, tr, va, quick_config(), resume=True, quiet=True)
+
+
+def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(tmp_path):
+    tr, va = pattern_data()
+    model = tiny_model()
+    calls = {"train": 0}
+
+    def poison(module, args, output):
+        if module.training:  # evaluation passes run in eval mode and are not counted
+            calls["train"] += 1
+            if calls["train"] >= 5:  # poison the logits, and the loss if forward computed it
+                logits, loss = output
+                return logits * float("nan"), None if loss is None else loss * float("nan")
+        return None
+
+    model.register_forward_hook(poison)
+    path = tmp_path / "ckpt.pt"
+    config = quick_config(max_iters=10, checkpoint_interval=2, eval_interval=100)
+    with pytest.raises(FloatingPointError) as info:
+        train(model, tr, va, config, checkpoint_path=path, quiet=True)
+    message = str(info.value)
+    assert "non-finite loss (nan) at step 5" in message
+    assert f"{path} (step 4), was left intact" in message
+    saved = load_checkpoint(path)
+    assert saved.step == 4
+    assert all(torch.isfinite(p).all() for p in saved.model.parameters())
+    # the bad loss was caught before backward: the weights in memory are those of step 4
+    for (name, a), b in zip(
+        model.state_dict().items(), saved.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary files left
+
+
+def test_nothing_to_do_when_checkpoint_is_past_max_iters(tmp_path):
+    tr, va = pattern_data()
+    path = tmp_path / "c.pt"
+    first = train(tiny_model(), tr, va, quick_config(max_iters=8), checkpoint_path=path, quiet=True)
+    again = train(
+        tiny_model(), tr, va, quick_config(max_iters=8), checkpoint_path=path, resume=True,
+        quiet=True,
+    )  # fmt: skip
+    assert again["step"] == first["step"] == [4.0, 8.0]
+    assert load_checkpoint(path).step == 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 autocast is used only on CUDA")
+def test_bf16_autocast_trains_on_cuda():
+    tr, va = pattern_data()
+    config = quick_config(device="cuda", autocast_bf16=True, max_iters=20, eval_interval=10)
+    history = train(tiny_model(), tr, va, config, quiet=True)
+    assert all(math.isfinite(v) for v in history["val_loss"])
+    assert history["val_loss"][-1] < history["val_loss"][0]
+
+
+def test_benchmark_baseline_is_the_same_model():
+    from gptlib.bench import LoopGPT, training_flops_per_token
+
+    model = tiny_model(dropout=0.0).eval()
+    baseline = LoopGPT(model.config).copy_from(model).eval()
+    assert sum(p.numel() for p in baseline.parameters()) == model.num_parameters()
+    x = torch.randint(VOCAB, (3, 8))
+    torch.testing.assert_close(baseline(x)[0], model(x)[0], rtol=1e-5, atol=1e-5)
+    c = model.config  # 3 x forward: 2 blocks x (8 d^2 + 4 d d_ff + 4 T d) + 2 d V
+    assert training_flops_per_token(c) == 3 * (
+        2 * (8 * 256 + 4 * 16 * 64 + 4 * 8 * 16) + 2 * 16 * 40
+    )
+
+
+@pytest.mark.parametrize("V", [7, 5000])  # one chunk of rows, and several
+def test_cross_entropy_matches_pytorch(V):
+    import torch.nn.functional as F
+
+    from gptlib.train import cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 40, V, generator=g) * 3).requires_grad_()
+    targets = torch.randint(V, (3, 40), generator=g)
+    ours = cross_entropy(logits, targets)
+    ours.backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    ref = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    ref.backward()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(grad, logits.grad)
+    bad = logits.detach().clone()
+    bad[1, 2, 3] = float("nan")
+    assert torch.isnan(cross_entropy(bad, targets))  # a non-finite logit is not hidden
