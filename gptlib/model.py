@@ -236,7 +236,7 @@ class MultiHeadAttention(nn.Module):
 
         Returns ``(out, (k, v), weights)``: out is (B, T, C); (k, v) are all keys and values,
         past and new, (B, H, T_past + T, hs), ready to be cached; weights (B, H, T, T_past + T)
-        are returned only when ``return_weights`` (which forces the explicit path).
+        come from the explicit path (``return_weights`` forces it); the fused path returns None.
         """
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_size:
             raise ValueError(
