@@ -20,14 +20,8 @@ from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Vocabulary
 from gptlib.train import TrainConfig, make_optimizer, train
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train faster on one thread (and far faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models: one torch thread (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 CONFIG = GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_blocks=1)

@@ -10,14 +10,8 @@ import torch
 from gptlib.generate import generate, next_token_logits, sample_next
 from gptlib.model import GPT, GPTConfig, KVCache
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread (and far faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models: one torch thread (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 CONFIG = GPTConfig(vocab_size=50, context_length=8, d_model=32, n_heads=4, n_blocks=2)

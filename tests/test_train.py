@@ -21,14 +21,8 @@ from gptlib.train import (
     train,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train faster on one thread (and far faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models: one torch thread (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 VOCAB = 40
