@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from gptlib import generate as generate_cli
 from gptlib import train as train_cli
@@ -23,13 +22,8 @@ except TokenizerUnavailableError as err:  # pragma: no cover - depends on the ma
     pytest.skip(f"the cl100k_base files are not available offline ({err})", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train faster on one thread (and far faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models: one torch thread (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 SENTENCES = [
