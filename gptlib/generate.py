@@ -56,15 +56,7 @@ def next_token_logits(model: GPT, idx: torch.Tensor, cache: KVCache | None = Non
             f"{T} new tokens after {start} cached ones exceed the context length "
             f"{model.config.context_length}"
         )
-    x = model.embed(idx, start)  # (B, T, C)
-    for i, block in enumerate(model.blocks):
-        past = cache.layers[i] if cache is not None and i < len(cache.layers) else None
-        x, kv, _ = block(x, past=past)  # kv: (B, H, start + T, hs) each
-        if cache is not None:
-            if i < len(cache.layers):
-                cache.layers[i] = kv
-            else:
-                cache.layers.append(kv)
+    x = model.hidden_states(idx, cache=cache)  # (B, T, C)
     x = model.final_norm(x[:, -1, :])  # (B, C)
     return model.lm_head(x).float()  # (B, V)
 
@@ -186,7 +178,7 @@ def _generate(
     model.eval()
     try:
         if max_new_tokens > 0:
-            cache = KVCache() if use_cache else None
+            cache = KVCache(max_length=ctx) if use_cache else None
             length = T0
             logits = next_token_logits(model, out[:, max(0, length - ctx) : length], cache)
             for i in range(max_new_tokens):

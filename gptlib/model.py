@@ -11,7 +11,7 @@ V = vocabulary size.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
@@ -138,6 +138,25 @@ def scaled_dot_product_attention(
     return weights @ v, weights
 
 
+def _causal_attention_with_dropout_cpu(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
+) -> torch.Tensor:
+    """Causal attention with dropout on the weights, for training on a CPU.
+
+    ``F.scaled_dot_product_attention`` has no CPU kernel with dropout: it falls back to a generic
+    path of a dozen small operations that rebuilds the mask and checks for fully masked rows on
+    every call. This computes the same thing in four: scale, mask and QKᵀ in one ``baddbmm``,
+    softmax, dropout, weighted sum (about 5% of a training step faster for the book's model).
+    q, k, v: (B, H, T, hs) -> (B, H, T, hs).
+    """
+    B, H, T, hs = q.shape
+    q3, k3, v3 = (t.reshape(B * H, T, hs) for t in (q, k, v))  # (B*H, T, hs) each
+    above = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, T)
+    scores = torch.baddbmm(above, q3, k3.transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*H, T, T)
+    weights = F.dropout(torch.softmax(scores, dim=-1), dropout_p, training=True)
+    return torch.bmm(weights, v3).view(B, H, T, hs)  # (B, H, T, hs)
+
+
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(B, T, C) -> (B, H, T, hs): give each head its own slice of the channels."""
     B, T, C = x.shape
@@ -172,24 +191,77 @@ def layer_norm(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
 class KVCache:
-    """Keys and values of the tokens seen so far, one (k, v) pair per block.
+    """Keys and values of the tokens seen so far, kept between generation steps.
 
-    Each tensor is (B, H, T_seen, hs). ``length`` is how many positions are cached; the next token
-    fed to the model gets position ``length``.
+    Every block gets a pair of buffers, keys and values of shape (B, H, capacity, hs), allocated
+    when the block first writes to them and doubled in size when they fill up (at most to the
+    model's context length). A step writes the new tokens' keys and values *in place* after the
+    cached ones, so it copies only the new positions instead of re-concatenating the whole
+    history. ``length`` is how many positions are cached: the next token fed to the model gets
+    position ``length``. ``max_length`` (usually the model's context length) caps the growth.
     """
 
-    layers: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
+    def __init__(self, max_length: int | None = None) -> None:
+        self.max_length = max_length
+        self._keys: list[torch.Tensor] = []  # per block: (B, H, capacity, hs)
+        self._values: list[torch.Tensor] = []
+        self.length = 0
 
     @property
-    def length(self) -> int:
-        if not self.layers or self.layers[0] is None:
-            return 0
-        return self.layers[0][0].shape[-2]
+    def capacity(self) -> int:
+        """Positions the buffers can hold before they grow (0 before the first write)."""
+        return self._keys[0].shape[-2] if self._keys else 0
+
+    @property
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each block's cached (keys, values), views of shape (B, H, length, hs)."""
+        n = self.length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self._keys, self._values, strict=True)]
+
+    def extend(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write block ``layer``'s new keys/values (B, H, T, hs) at positions length..length+T-1
+        and return all of its keys/values so far, (B, H, length + T, hs) views.
+
+        The cache's ``length`` does not change here: the model calls :meth:`advance` once every
+        block has written its share.
+        """
+        start, end = self.length, self.length + k.shape[-2]
+        if layer > len(self._keys):
+            raise ValueError(f"blocks write in order: block {layer} came before {len(self._keys)}")
+        if layer == len(self._keys):  # the block's first write: empty buffers, grown below
+            self._keys.append(k.new_empty(*k.shape[:2], 0, k.shape[-1]))
+            self._values.append(v.new_empty(*v.shape[:2], 0, v.shape[-1]))
+        keys, values = self._keys[layer], self._values[layer]
+        if keys.shape[:2] != k.shape[:2]:
+            raise ValueError(
+                f"this cache holds (batch, heads) = {tuple(keys.shape[:2])}, got keys for "
+                f"{tuple(k.shape[:2])}; use a new KVCache (or reset() it) for another batch"
+            )
+        if keys.shape[-2] < end:  # full: double the capacity (at least 16, at most max_length)
+            capacity = max(end, 16, 2 * keys.shape[-2])
+            if self.max_length is not None:
+                capacity = max(end, min(capacity, self.max_length))
+            keys = k.new_empty(*k.shape[:2], capacity, k.shape[-1])
+            values = v.new_empty(*v.shape[:2], capacity, v.shape[-1])
+            keys[:, :, :start] = self._keys[layer][:, :, :start]  # keep what is cached
+            values[:, :, :start] = self._values[layer][:, :, :start]
+            self._keys[layer], self._values[layer] = keys, values
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
+    def advance(self, T: int) -> None:
+        """Count ``T`` more cached positions (after every block has called :meth:`extend`)."""
+        self.length += T
 
     def reset(self) -> None:
-        self.layers.clear()
+        """Forget everything: the next token gets position 0 (the buffers are released)."""
+        self._keys.clear()
+        self._values.clear()
+        self.length = 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,19 +302,25 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         *,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
         return_weights: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """Attend over ``x`` (B, T, C), after the ``past`` keys and values if given.
+        """Attend over ``x`` (B, T, C), after earlier tokens' keys and values if given.
 
-        Returns ``(out, (k, v), weights)``: out is (B, T, C); (k, v) are all keys and values,
-        past and new, (B, H, T_past + T, hs), ready to be cached; weights (B, H, T, T_past + T)
-        come from the explicit path (``return_weights`` forces it); the fused path returns None.
+        The earlier keys and values come either as ``past``, a (k, v) pair that is concatenated
+        with the new ones, or from block ``layer`` of a :class:`KVCache`, which stores the new
+        ones in place. Returns ``(out, (k, v), weights)``: out is (B, T, C); (k, v) are all keys
+        and values, earlier and new, (B, H, T_past + T, hs); weights (B, H, T, T_past + T) come
+        from the explicit path (``return_weights`` forces it); the fused path returns None.
         """
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_size:
             raise ValueError(
                 f"expected input of shape (B, T, {self.n_heads * self.head_size}), "
                 f"got {tuple(x.shape)}"
             )
+        if past is not None and cache is not None:
+            raise ValueError("give the earlier keys and values as past or as cache, not both")
         T = x.shape[1]
         q = split_heads(self.W_q(x), self.n_heads)  # (B, H, T, hs)
         k = split_heads(self.W_k(x), self.n_heads)  # (B, H, T, hs)
@@ -250,16 +328,27 @@ class MultiHeadAttention(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=-2)  # (B, H, T_past + T, hs)
             v = torch.cat([past[1], v], dim=-2)
+        elif cache is not None:
+            k, v = cache.extend(layer, k, v)  # (B, H, T_past + T, hs) each
         T_all = k.shape[-2]
-        # query i sits at absolute position T_all - T + i and may see keys 0..that position
-        mask = torch.ones(T, T_all, dtype=torch.bool, device=x.device).tril(T_all - T)
+        # query i sits at absolute position T_all - T + i and may see keys 0..that position;
+        # without earlier tokens that is the causal mask, and a single new query sees every key
+        mask = None
+        if T > 1 and T < T_all:
+            mask = torch.ones(T, T_all, dtype=torch.bool, device=x.device).tril(T_all - T)
         p = self.dropout if self.training else 0.0
         weights = None
         if self.fused and not return_weights:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if T == T_all else mask, dropout_p=p, is_causal=T == T_all
-            )
+            causal = T > 1 and T == T_all
+            if p > 0.0 and causal and x.device.type == "cpu":
+                out = _causal_attention_with_dropout_cpu(q, k, v, p)
+            else:
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
+                )
         else:
+            if T > 1 and T == T_all:
+                mask = causal_mask(T, device=x.device)
             out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         out = self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
         return out, (k, v), weights
@@ -314,15 +403,21 @@ class TransformerBlock(nn.Module):
         x: torch.Tensor,
         *,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
         return_weights: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """x: (B, T, C) -> (B, T, C); also the block's keys/values and (optionally) weights."""
+        """x: (B, T, C) -> (B, T, C); also the block's keys/values and (optionally) weights.
+
+        ``past``, ``cache`` and ``layer`` go to the attention (see :class:`MultiHeadAttention`).
+        """
+        kw = {"past": past, "cache": cache, "layer": layer, "return_weights": return_weights}
         if self.norm == "pre":
-            a, kv, w = self.attn(self.ln1(x), past=past, return_weights=return_weights)
+            a, kv, w = self.attn(self.ln1(x), **kw)
             x = x + a
             x = x + self.ffn(self.ln2(x))
         else:
-            a, kv, w = self.attn(x, past=past, return_weights=return_weights)
+            a, kv, w = self.attn(x, **kw)
             x = self.ln1(x + a)
             x = self.ln2(x + self.ffn(x))
         return x, kv, w
@@ -407,6 +502,21 @@ class GPT(nn.Module):
             x = x + self.positional_encoding[start : start + T].to(x.dtype)
         return self.dropout(x)
 
+    def hidden_states(self, idx: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+        """The last block's output (B, T, C) for ids (B, T), before the final LayerNorm.
+
+        With a :class:`KVCache`, ``idx`` holds only the new tokens, at positions
+        ``cache.length...``; every block stores their keys and values in the cache.
+        """
+        start = cache.length if cache is not None else 0
+        self._check_input(idx, start)
+        x = self.embed(idx, start)  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            x, _, _ = block(x, cache=cache, layer=i)  # (B, T, C)
+        if cache is not None:
+            cache.advance(idx.shape[1])
+        return x
+
     def forward(
         self,
         idx: torch.Tensor,
@@ -418,17 +528,7 @@ class GPT(nn.Module):
 
         With a :class:`KVCache`, ``idx`` holds only the new tokens; the cache is extended in place.
         """
-        start = cache.length if cache is not None else 0
-        self._check_input(idx, start)
-        x = self.embed(idx, start)  # (B, T, C)
-        for i, block in enumerate(self.blocks):
-            past = cache.layers[i] if cache is not None and i < len(cache.layers) else None
-            x, kv, _ = block(x, past=past)
-            if cache is not None:
-                if i < len(cache.layers):
-                    cache.layers[i] = kv
-                else:
-                    cache.layers.append(kv)
+        x = self.hidden_states(idx, cache=cache)  # (B, T, C)
         x = self.final_norm(x)
         logits = self.lm_head(x)  # (B, T, V)
         loss = None

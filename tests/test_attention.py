@@ -228,3 +228,33 @@ def test_multi_head_attention_errors():
         mha(torch.randn(2, 5, 8))
     with pytest.raises(ValueError, match=r"expected input of shape \(B, T, 16\), got \(5, 16\)"):
         mha(torch.randn(5, 16))
+
+
+# ---- the CPU training path with attention dropout ------------------------------------------
+
+
+@pytest.mark.parametrize(("seed", "shape"), [(0, (2, 5, 12, 3)), (1, (3, 16, 32, 4))])
+def test_fused_training_attention_drops_weights_like_the_explicit_steps(seed, shape):
+    # in training mode on a CPU the fused path computes dropout(softmax(masked QKᵀ/√d)) V itself;
+    # replay its dropout draws (same generator state, same shape) and build the result by hand
+    B, T, d_model, H = shape
+    p = 0.3
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(d_model, H, dropout=p).double().train()
+    mha.resid_dropout.p = 0.0  # only the attention weights are dropped here
+    x = torch.randn(B, T, d_model, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(100 + seed)
+    out, (k, v), _ = mha(x)
+    q = split_heads(mha.W_q(x), H)
+    _, weights = scaled_dot_product_attention(q, k, v, mask=causal_mask(T))  # (B, H, T, T)
+    torch.manual_seed(100 + seed)
+    keep = F.dropout(torch.ones(B * H, T, T, dtype=torch.float64), p, training=True)
+    dropped = weights * keep.view(B, H, T, T)
+    expected = mha.W_o(merge_heads(dropped @ v))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    assert (keep == 0).any() and (keep > 0).any()
+    # and the gradients agree too
+    r = torch.randn(out.shape, dtype=torch.float64)
+    (g_ours,) = torch.autograd.grad((out * r).sum(), x, retain_graph=True)
+    (g_hand,) = torch.autograd.grad((expected * r).sum(), x)
+    torch.testing.assert_close(g_ours, g_hand, rtol=0, atol=1e-10)

@@ -551,3 +551,58 @@ def test_an_unmasked_model_would_learn_to_copy_the_next_token(monkeypatch):
 
     monkeypatch.setattr(gm, "scaled_dot_product_attention", unmasked)
     assert random_stream_val_loss(fused=False) < math.log(V_RANDOM) - 2.0
+
+
+# ---- the KV cache's buffers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("max_length", "capacities"), [(None, [16, 32, 64]), (40, [16, 32, 40])])
+def test_kv_cache_grows_its_buffers_and_keeps_every_position(max_length, capacities):
+    # 40 tokens one at a time: the buffers fill up and grow twice on the way
+    model = small_model(2, torch.float64, context_length=40)
+    idx = random_ids(3, 2, 40)
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = KVCache(max_length=max_length)
+        seen, addresses = [], {}  # capacity -> where the keys of block 0 were
+        for t in range(40):
+            step, _ = model(idx[:, t : t + 1], cache=cache)
+            torch.testing.assert_close(step[:, 0], full[:, t], rtol=0, atol=1e-10)
+            if cache.capacity not in seen:
+                seen.append(cache.capacity)
+            addresses.setdefault(cache.capacity, set()).add(cache.layers[0][0].data_ptr())
+        assert seen == capacities
+        assert all(len(a) == 1 for a in addresses.values())  # in place until the buffer grows
+        # the cached keys and values are those of a single pass over all 40 tokens
+        _, (k_full, v_full), _ = model.blocks[0].attn(model.blocks[0].ln1(model.embed(idx)))
+        k_cached, v_cached = cache.layers[0]
+        assert k_cached.shape == (2, 4, 40, 4) and len(cache.layers) == 2
+        torch.testing.assert_close(k_cached, k_full, rtol=0, atol=1e-12)
+        torch.testing.assert_close(v_cached, v_full, rtol=0, atol=1e-12)
+
+
+def test_kv_cache_errors_say_what_to_do():
+    model = small_model()
+    cache = KVCache()
+    with torch.no_grad():
+        model(random_ids(0, 2, 3), cache=cache)
+        with pytest.raises(ValueError, match=r"holds \(batch, heads\) = \(2, 4\), got keys for "):
+            model(random_ids(1, 3, 1), cache=cache)
+        k = torch.zeros(1, 4, 1, 4)
+        with pytest.raises(ValueError, match="blocks write in order: block 1 came before 0"):
+            KVCache().extend(1, k, k)
+        attn = model.blocks[0].attn
+        with pytest.raises(ValueError, match="as past or as cache, not both"):
+            attn(torch.zeros(1, 1, 16), past=(k, k), cache=KVCache())
+    cache.reset()
+    assert cache.length == 0 and cache.capacity == 0 and cache.layers == []
+
+
+def test_hidden_states_are_the_input_of_the_final_norm_and_output_layer():
+    model = small_model(4)
+    randomise_norms(model, 4)
+    idx = random_ids(4, 3, 10)
+    with torch.no_grad():
+        h = model.hidden_states(idx)
+        assert h.shape == (3, 10, SMALL.d_model)
+        torch.testing.assert_close(model.lm_head(model.final_norm(h)), model(idx)[0])

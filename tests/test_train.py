@@ -260,6 +260,14 @@ def test_benchmark_baseline_is_the_same_model():
     )
 
 
+def test_benchmark_splits_a_step_into_fixed_and_per_row_seconds():
+    from gptlib.bench import COMPACT_VOCAB, FULL_VOCAB, step_split
+
+    fixed, per_row = 0.0115, 3.8e-7  # seconds, seconds per vocabulary row
+    compact, full = (fixed + per_row * V for V in (COMPACT_VOCAB, FULL_VOCAB))
+    assert step_split(compact, full) == pytest.approx((fixed, per_row), rel=1e-9)
+
+
 @pytest.mark.parametrize("V", [7, 5000])  # one chunk of rows, and several
 def test_cross_entropy_matches_pytorch(V):
     import torch.nn.functional as F
