@@ -49,13 +49,6 @@ def next_token_logits(model: GPT, idx: torch.Tensor, cache: KVCache | None = Non
     position only (the other positions' logits are not needed to generate). With a cache, ``idx``
     holds only the new tokens and the cache is extended in place.
     """
-    start = cache.length if cache is not None else 0
-    T = idx.shape[1]
-    if start + T > model.config.context_length:
-        raise ValueError(
-            f"{T} new tokens after {start} cached ones exceed the context length "
-            f"{model.config.context_length}"
-        )
     x = model.hidden_states(idx, cache=cache)  # (B, T, C)
     x = model.final_norm(x[:, -1, :])  # (B, C)
     return model.lm_head(x).float()  # (B, V)

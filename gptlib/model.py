@@ -331,24 +331,22 @@ class MultiHeadAttention(nn.Module):
         elif cache is not None:
             k, v = cache.extend(layer, k, v)  # (B, H, T_past + T, hs) each
         T_all = k.shape[-2]
-        # query i sits at absolute position T_all - T + i and may see keys 0..that position;
-        # without earlier tokens that is the causal mask, and a single new query sees every key
+        fused = self.fused and not return_weights
+        causal = T > 1 and T == T_all  # no earlier tokens: the plain causal mask
+        # query i sits at absolute position T_all - T + i and may see keys 0..that position; a
+        # single new query sees every key, and the fused path knows the plain causal mask itself
         mask = None
-        if T > 1 and T < T_all:
+        if T > 1 and not (fused and causal):
             mask = torch.ones(T, T_all, dtype=torch.bool, device=x.device).tril(T_all - T)
         p = self.dropout if self.training else 0.0
         weights = None
-        if self.fused and not return_weights:
-            causal = T > 1 and T == T_all
-            if p > 0.0 and causal and x.device.type == "cpu":
-                out = _causal_attention_with_dropout_cpu(q, k, v, p)
-            else:
-                out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
-                )
+        if fused and p > 0.0 and causal and x.device.type == "cpu":
+            out = _causal_attention_with_dropout_cpu(q, k, v, p)
+        elif fused:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
+            )
         else:
-            if T > 1 and T == T_all:
-                mask = causal_mask(T, device=x.device)
             out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         out = self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
         return out, (k, v), weights

@@ -61,7 +61,7 @@ def test_cached_logits_equal_full_forward_logits():
         step = next_token_logits(model, idx[:, t : t + 1], cache)
         torch.testing.assert_close(step, full[:, t], rtol=1e-5, atol=1e-5)
     assert cache.length == 6
-    with pytest.raises(ValueError, match="exceed the context length 8"):
+    with pytest.raises(ValueError, match=r"3 tokens after 6 cached positions.*context_length is 8"):
         next_token_logits(model, idx[:, :3], cache)
 
 

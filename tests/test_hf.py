@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from gptlib.generate import generate
 from gptlib.hf import (
     GPT2_REPO_ID,
     PretrainedUnavailableError,
@@ -233,13 +234,9 @@ def test_from_hf_only_overrides_runtime_fields():
 # ---- generation ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_greedy_generation_matches_transformers_with_and_without_cache(seed):
-    hf = small_hf(seed)
-    model = from_hf(hf)
-    prompt = random_ids(seed + 50, 2, 5)
-    n_new = 20
-    expected = hf.generate(
+def hf_greedy(hf, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
+    """transformers' own greedy generation of exactly ``n_new`` tokens after ``prompt``."""
+    return hf.generate(
         prompt,
         attention_mask=torch.ones_like(prompt),
         max_new_tokens=n_new,
@@ -247,6 +244,15 @@ def test_greedy_generation_matches_transformers_with_and_without_cache(seed):
         do_sample=False,
         pad_token_id=0,
     )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_generation_matches_transformers_with_and_without_cache(seed):
+    hf = small_hf(seed)
+    model = from_hf(hf)
+    prompt = random_ids(seed + 50, 2, 5)
+    n_new = 20
+    expected = hf_greedy(hf, prompt, n_new)
     assert expected.shape == (2, 5 + n_new)
     assert torch.equal(greedy_gptlib(model, prompt, n_new, use_cache=False), expected)
     assert torch.equal(greedy_gptlib(model, prompt, n_new, use_cache=True), expected)
@@ -254,22 +260,11 @@ def test_greedy_generation_matches_transformers_with_and_without_cache(seed):
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_gptlib_generate_greedy_matches_transformers(use_cache):
-    try:
-        from gptlib.generate import generate
-    except ImportError as err:  # gptlib.generate is optional for this bridge
-        pytest.skip(f"gptlib.generate is not available: {err}")
     hf = small_hf(2)
     model = from_hf(hf)
     prompt = random_ids(52, 2, 6)
     n_new = 26  # fills the 32-token context exactly
-    expected = hf.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=n_new,
-        min_new_tokens=n_new,
-        do_sample=False,
-        pad_token_id=0,
-    )
+    expected = hf_greedy(hf, prompt, n_new)
     got = generate(model, prompt, n_new, temperature=0, use_cache=use_cache)
     assert torch.equal(got, expected)
 
