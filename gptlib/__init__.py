@@ -1,4 +1,10 @@
-"""gptlib: the library behind the book. Each module holds one step of the pipeline."""
+"""gptlib: the library behind the book. Each module holds one step of the pipeline.
+
+Imports flow one way (tests/test_structure.py checks it): ``config`` -> ``model`` ->
+``checkpoint`` / ``hf`` -> ``train`` / ``generate``, each command's ``main`` at the end of its
+module. This package re-exports the everyday names; ``KVCache`` is looked up in
+:mod:`gptlib.generate` only when asked for, so ``python -m gptlib.generate`` runs that module once.
+"""
 
 from gptlib.data import (
     CORPORA,
@@ -15,7 +21,6 @@ from gptlib.model import (
     GPT,
     FeedForward,
     GPTConfig,
-    KVCache,
     MultiHeadAttention,
     TransformerBlock,
     causal_mask,
@@ -35,6 +40,15 @@ from gptlib.tokenizer import (
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "KVCache":  # generation's cache; see the module docstring for why it is lazy
+        from gptlib.generate import KVCache
+
+        return KVCache
+    raise AttributeError(f"module 'gptlib' has no attribute {name!r}")
+
 
 __all__ = [
     "CORPORA",

@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import os
 import pickle
-import secrets
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any
 
 import torch
 from torch import nn
 
-from gptlib.model import GPT, GPTConfig
+from gptlib.config import GPTConfig, TrainConfig
+from gptlib.data import atomic_write
+from gptlib.model import GPT
 from gptlib.tokenizer import Vocabulary
-
-if TYPE_CHECKING:  # imported lazily at run time: gptlib.train imports this module
-    from gptlib.train import TrainConfig
 
 FORMAT = "gptlib-checkpoint"
 VERSION = 1
@@ -130,43 +127,6 @@ def save_checkpoint(
     return atomic_write(path, lambda f: torch.save(payload, f))
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(file)`` on a temporary file next to ``path``, then rename it to ``path``.
-
-    Readers see the old file or the complete new one, never a part: the temporary file is
-    flushed to disk before :func:`os.replace` (atomic within a file system) puts it in place, and
-    it is removed if anything fails. File permissions follow the umask, like a plain ``open``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (best effort; not possible on every platform)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 # --------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------
@@ -245,6 +205,7 @@ def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfi
             f"{path}: model_config has fields this gptlib does not know: {unknown}; "
             "it was probably written by a newer gptlib"
         )
+    data = {"scale_embeddings": False, **data}  # written before the field existed: no scaling
     try:
         return GPTConfig(**data)
     except (TypeError, ValueError) as err:
@@ -255,10 +216,28 @@ def train_config_from_dict(data: Any) -> TrainConfig | None:
     """Rebuild a TrainConfig (fields this version does not know are ignored)."""
     if data is None:
         return None
-    from gptlib.train import TrainConfig
-
     known = {f.name for f in fields(TrainConfig)}
     return TrainConfig(**{k: v for k, v in data.items() if k in known})
+
+
+def vocab_from_checkpoint(raw: dict, path: Path | str = "the checkpoint") -> Vocabulary | None:
+    """The compact vocabulary a checkpoint stores (None for a model of all the encoding's ids),
+    checked against the model's ``vocab_size``."""
+    ids = raw.get("vocab")
+    if ids is None:
+        return None
+    try:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        vocab = Vocabulary(tuple(int(i) for i in ids))
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: its vocabulary is invalid ({err})") from None
+    size = (raw.get("model_config") or {}).get("vocab_size")
+    if len(vocab) != size:
+        raise CheckpointError(
+            f"{path}: the vocabulary has {len(vocab)} tokens but the model has "
+            f"vocab_size={size}; the checkpoint is inconsistent"
+        )
+    return vocab
 
 
 def load_state_into(model: GPT, state: dict, path: Path | str = "the checkpoint") -> None:
@@ -290,19 +269,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Check
     load_state_into(model, raw["model_state"], file)
     if isinstance(map_location, (str, torch.device)):
         model.to(map_location)
-    vocab = None
-    if raw.get("vocab") is not None:
-        try:
-            ids = raw["vocab"]
-            ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-            vocab = Vocabulary(tuple(int(i) for i in ids))
-        except (TypeError, ValueError) as err:
-            raise CheckpointError(f"{file}: its vocabulary is invalid ({err})") from None
-        if len(vocab) != config.vocab_size:
-            raise CheckpointError(
-                f"{file}: the vocabulary has {len(vocab)} tokens but the model has "
-                f"vocab_size={config.vocab_size}; the checkpoint is inconsistent"
-            )
+    vocab = vocab_from_checkpoint(raw, file)
     try:
         train_config = train_config_from_dict(raw.get("train_config"))
     except (TypeError, ValueError) as err:

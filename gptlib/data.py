@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import secrets
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -61,24 +63,48 @@ def sha256_of(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never half.
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(file)`` on a temporary file next to ``path``, then rename it to ``path``.
 
-    The bytes go to a temporary file in the same folder, are flushed to disk, and the temporary
-    file is then renamed over ``path`` (a rename within one file system is atomic).
+    Readers see the old file or the complete new one, never a part: the temporary file is flushed
+    to disk (``fsync``) before :func:`os.replace` (atomic within a file system) puts it in place,
+    the folder is then synced so that the rename itself survives a crash, and the temporary file
+    is removed if anything fails. Permissions follow the umask, like a plain ``open``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with open(tmp, "xb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename durable (best effort: not every platform can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never
+    half (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda f: f.write(data))
 
 
 def download(url: str, dest: str | os.PathLike, sha256: str | None = None, timeout: float = 30.0):

@@ -16,11 +16,12 @@ from gptlib.data import get_batch, load_corpus, train_val_split
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
 
+BOOK_MODEL = GPTConfig()  # the defaults are the book's model: gptlib.config defines it once
 BATCH_SIZE = 4
-CONTEXT_LENGTH = 16
-D_MODEL = 64
-N_HEADS = 4
-N_BLOCKS = 8
+CONTEXT_LENGTH = BOOK_MODEL.context_length  # 16
+D_MODEL = BOOK_MODEL.d_model  # 64
+N_HEADS = BOOK_MODEL.n_heads  # 4
+N_BLOCKS = BOOK_MODEL.n_blocks  # 8
 BATCH_SEED = 1337  # seeds the draw of the example batch
 MODEL_SEED = 0  # seeds the example model's random weights
 
@@ -52,19 +53,10 @@ class RunningExample:
         return model.eval()
 
 
-def book_config(vocab_size: int = 100_070, **overrides) -> GPTConfig:
-    """The running example's model configuration (explicit attention, so weights can be shown)."""
-    base = GPTConfig(
-        vocab_size=vocab_size,
-        context_length=CONTEXT_LENGTH,
-        d_model=D_MODEL,
-        n_heads=N_HEADS,
-        n_blocks=N_BLOCKS,
-        ffn_mult=4,
-        dropout=0.1,
-        fused_attention=False,
-    )
-    return replace(base, **overrides)
+def book_config(vocab_size: int = BOOK_MODEL.vocab_size, **overrides) -> GPTConfig:
+    """The running example's model configuration: :class:`GPTConfig`'s defaults (the book's
+    steps, explicit attention) with ``vocab_size`` and any other field overridden."""
+    return replace(BOOK_MODEL, vocab_size=vocab_size, **overrides)
 
 
 def running_example(seed: int = BATCH_SEED) -> RunningExample:

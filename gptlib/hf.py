@@ -90,18 +90,26 @@ def gpt2_config(**overrides: Any) -> GPTConfig:
         dropout=0.1,
         norm="pre",
         positions="learned",
+        scale_embeddings=False,
         activation="gelu_tanh",
         bias=True,
         tie_embeddings=True,
         final_norm=True,
         layer_norm_eps=1e-5,
+        fused_attention=True,  # F.scaled_dot_product_attention: much faster at GPT-2's size
     )
     return replace(base, **overrides)
 
 
 def check_gpt2_compatible(config: GPTConfig) -> None:
     """Raise ``ValueError`` (listing every reason) if GPT-2's layout cannot express ``config``."""
-    needed = {"norm": "pre", "positions": "learned", "bias": True, "final_norm": True}
+    needed = {
+        "norm": "pre",
+        "positions": "learned",
+        "scale_embeddings": False,
+        "bias": True,
+        "final_norm": True,
+    }
     problems = [
         f"{name}={getattr(config, name)!r} (GPT-2 needs {name}={value!r})"
         for name, value in needed.items()
@@ -239,6 +247,47 @@ def _check_state_dict(sd: Mapping[str, torch.Tensor], config: GPTConfig, what: s
         )
 
 
+def name_map(n_blocks: int) -> list[tuple[str, str, bool]]:
+    """Every tensor's Hugging Face name (without ``transformer.``), its gptlib name, and whether
+    it is a Conv1D weight that must be transposed. Written once, read in both directions; the
+    packed ``c_attn`` (query, key and value side by side) and the output layer are handled
+    apart."""
+    pairs = [("wte.weight", "token_embedding.weight", False)]
+    pairs.append(("wpe.weight", "position_embedding.weight", False))
+    layers = (("ln_1", "ln1", False), ("ln_2", "ln2", False), ("attn.c_proj", "attn.W_o", True))
+    layers += (("mlp.c_fc", "ffn.linear1", True), ("mlp.c_proj", "ffn.linear2", True))
+    for i in range(n_blocks):
+        for hf_name, name, conv in layers:
+            pairs.append((f"h.{i}.{hf_name}.weight", f"blocks.{i}.{name}.weight", conv))
+            pairs.append((f"h.{i}.{hf_name}.bias", f"blocks.{i}.{name}.bias", False))
+    pairs += [("ln_f.weight", "final_norm.weight", False), ("ln_f.bias", "final_norm.bias", False)]
+    return pairs
+
+
+QKV = ("W_q", "W_k", "W_v")  # the three slices of c_attn, in Hugging Face's order
+
+
+def _split_qkv(w: torch.Tensor, b: torch.Tensor, C: int, where: str) -> dict[str, torch.Tensor]:
+    """c_attn's (C, 3C) Conv1D weight and (3C,) bias -> W_q, W_k, W_v as nn.Linear tensors."""
+    if w.shape != (C, 3 * C) or b.shape != (3 * C,):
+        raise ValueError(
+            f"{where} has shape {tuple(w.shape)} / {tuple(b.shape)}, expected "
+            f"({C}, {3 * C}) / ({3 * C},) for d_model {C}"
+        )
+    out = {}
+    for j, name in enumerate(QKV):
+        cols = slice(j * C, (j + 1) * C)
+        out[f"{name}.weight"] = w[:, cols].t().contiguous()  # (C, C) as (out, in)
+        out[f"{name}.bias"] = b[cols].contiguous()  # (C,)
+    return out
+
+
+def _hf_source(hf_state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors under names without ``transformer.``, the causal-mask buffers left out."""
+    src = {key.removeprefix("transformer."): value for key, value in hf_state_dict.items()}
+    return {k: v for k, v in src.items() if not _is_hf_buffer(k)}
+
+
 def state_dict_from_hf(
     hf_state_dict: Mapping[str, torch.Tensor], config: GPTConfig
 ) -> dict[str, torch.Tensor]:
@@ -251,13 +300,7 @@ def state_dict_from_hf(
     that need no reshaping are returned as they are (not copied).
     """
     check_gpt2_compatible(config)
-    src: dict[str, torch.Tensor] = {}
-    for key, value in hf_state_dict.items():
-        name = key.removeprefix("transformer.")
-        if not _is_hf_buffer(name):
-            src[name] = value
-    C = config.d_model
-    out: dict[str, torch.Tensor] = {}
+    src = _hf_source(hf_state_dict)
     unused = set(src)
 
     def take(name: str) -> torch.Tensor:
@@ -269,43 +312,15 @@ def state_dict_from_hf(
         unused.discard(name)
         return src[name]
 
-    out["token_embedding.weight"] = take("wte.weight")  # (V, C)
-    out["position_embedding.weight"] = take("wpe.weight")  # (T_max, C)
+    out = {}
+    for hf_name, name, conv in name_map(config.n_blocks):
+        out[name] = take(hf_name).t().contiguous() if conv else take(hf_name)
     for i in range(config.n_blocks):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        for hf_ln, ln in (("ln_1", "ln1"), ("ln_2", "ln2")):
-            out[f"{b}{ln}.weight"] = take(f"{h}{hf_ln}.weight")  # (C,)
-            out[f"{b}{ln}.bias"] = take(f"{h}{hf_ln}.bias")
-        w_qkv = take(f"{h}attn.c_attn.weight")  # (C, 3C): Conv1D stores (in, out)
-        b_qkv = take(f"{h}attn.c_attn.bias")  # (3C,)
-        if w_qkv.shape != (C, 3 * C) or b_qkv.shape != (3 * C,):
-            raise ValueError(
-                f"{h}attn.c_attn has shape {tuple(w_qkv.shape)} / {tuple(b_qkv.shape)}, expected "
-                f"({C}, {3 * C}) / ({3 * C},) for d_model {C}"
-            )
-        for j, name in enumerate(("W_q", "W_k", "W_v")):
-            cols = slice(j * C, (j + 1) * C)
-            out[f"{b}attn.{name}.weight"] = w_qkv[:, cols].t().contiguous()  # (C, C) as (out, in)
-            out[f"{b}attn.{name}.bias"] = b_qkv[cols].contiguous()  # (C,)
-        layers = (("attn.c_proj", "attn.W_o"), ("mlp.c_fc", "ffn.linear1"))
-        layers += (("mlp.c_proj", "ffn.linear2"),)
-        for hf_name, name in layers:
-            out[f"{b}{name}.weight"] = take(f"{h}{hf_name}.weight").t().contiguous()
-            out[f"{b}{name}.bias"] = take(f"{h}{hf_name}.bias")
-    out["final_norm.weight"] = take("ln_f.weight")
-    out["final_norm.bias"] = take("ln_f.bias")
-    wte = out["token_embedding.weight"]
-    if config.tie_embeddings:
-        head = src.get("lm_head.weight")
-        unused.discard("lm_head.weight")
-        if head is not None and head.data_ptr() != wte.data_ptr() and not torch.equal(head, wte):
-            raise ValueError(
-                "the checkpoint's lm_head.weight differs from its token embedding, so its "
-                "embeddings are not tied; convert it with tie_embeddings=False"
-            )
-        out["lm_head.weight"] = wte
-    else:
-        out["lm_head.weight"] = take("lm_head.weight")
+        w, b = take(f"h.{i}.attn.c_attn.weight"), take(f"h.{i}.attn.c_attn.bias")
+        qkv = _split_qkv(w, b, config.d_model, f"h.{i}.attn.c_attn")
+        out |= {f"blocks.{i}.attn.{k}": v for k, v in qkv.items()}
+    out["lm_head.weight"] = _output_layer(src, out["token_embedding.weight"], config, take)
+    unused.discard("lm_head.weight")
     if unused:
         extra = sorted(unused)
         raise ValueError(
@@ -314,6 +329,19 @@ def state_dict_from_hf(
         )
     _check_state_dict(out, config, "the converted state dict")
     return out
+
+
+def _output_layer(src: dict, wte: torch.Tensor, config: GPTConfig, take) -> torch.Tensor:
+    """The output layer's weight: the token embedding when tied (checked), else lm_head."""
+    if not config.tie_embeddings:
+        return take("lm_head.weight")
+    head = src.get("lm_head.weight")
+    if head is not None and head.data_ptr() != wte.data_ptr() and not torch.equal(head, wte):
+        raise ValueError(
+            "the checkpoint's lm_head.weight differs from its token embedding, so its "
+            "embeddings are not tied; convert it with tie_embeddings=False"
+        )
+    return wte
 
 
 def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
@@ -325,29 +353,16 @@ def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
     config = model.config
     check_gpt2_compatible(config)
     sd = {k: v.detach() for k, v in model.state_dict().items()}
-    out = {
-        "transformer.wte.weight": sd["token_embedding.weight"].clone(),
-        "transformer.wpe.weight": sd["position_embedding.weight"].clone(),
-    }
+    out = {}
+    for hf_name, name, conv in name_map(config.n_blocks):
+        out[f"transformer.{hf_name}"] = sd[name].t().contiguous() if conv else sd[name].clone()
     for i in range(config.n_blocks):
-        h, b = f"transformer.h.{i}.", f"blocks.{i}."
-        for hf_ln, ln in (("ln_1", "ln1"), ("ln_2", "ln2")):
-            out[f"{h}{hf_ln}.weight"] = sd[f"{b}{ln}.weight"].clone()
-            out[f"{h}{hf_ln}.bias"] = sd[f"{b}{ln}.bias"].clone()
-        qkv = ("W_q", "W_k", "W_v")
-        w = torch.cat([sd[f"{b}attn.{n}.weight"] for n in qkv], dim=0)  # (3C, C) as (out, in)
-        out[f"{h}attn.c_attn.weight"] = w.t().contiguous()  # (C, 3C) as Conv1D's (in, out)
-        out[f"{h}attn.c_attn.bias"] = torch.cat([sd[f"{b}attn.{n}.bias"] for n in qkv])
-        layers = (("attn.c_proj", "attn.W_o"), ("mlp.c_fc", "ffn.linear1"))
-        layers += (("mlp.c_proj", "ffn.linear2"),)
-        for hf_name, name in layers:
-            out[f"{h}{hf_name}.weight"] = sd[f"{b}{name}.weight"].t().contiguous()
-            out[f"{h}{hf_name}.bias"] = sd[f"{b}{name}.bias"].clone()
-    out["transformer.ln_f.weight"] = sd["final_norm.weight"].clone()
-    out["transformer.ln_f.bias"] = sd["final_norm.bias"].clone()
-    out["lm_head.weight"] = (
-        out["transformer.wte.weight"] if config.tie_embeddings else sd["lm_head.weight"].clone()
-    )
+        b, h = f"blocks.{i}.attn.", f"transformer.h.{i}.attn.c_attn."
+        w = torch.cat([sd[f"{b}{n}.weight"] for n in QKV], dim=0)  # (3C, C) as (out, in)
+        out[f"{h}weight"] = w.t().contiguous()  # (C, 3C) as Conv1D's (in, out)
+        out[f"{h}bias"] = torch.cat([sd[f"{b}{n}.bias"] for n in QKV])  # (3C,)
+    tied = config.tie_embeddings
+    out["lm_head.weight"] = out["transformer.wte.weight"] if tied else sd["lm_head.weight"].clone()
     return out
 
 

@@ -1,8 +1,13 @@
-"""A GPT-style decoder-only transformer, one book step per piece.
+"""A GPT-style decoder-only transformer, one book step per piece, in the book's order.
 
-Read top to bottom, this file follows the book: positional encoding, the causal mask, scaled
-dot-product attention, multi-head attention (with a hand-written path for teaching and a fused
-path for speed), the feed-forward network, a transformer block, and the whole model.
+Configuration (:class:`GPTConfig`, defined in :mod:`gptlib.config`), the positional encoding
+(chapter 3), the causal mask and scaled dot-product attention (chapters 5-6), splitting into heads
+and merging them back (chapters 4 and 7), LayerNorm, multi-head attention (chapter 7), the
+feed-forward network and the transformer block (chapter 8), and the whole model (chapter 9).
+
+Every layer takes and returns a tensor. Attention maps come from a separate, explicit call
+(``attention_weights``); generation's KV cache lives in :mod:`gptlib.generate` and reaches the
+attention layers through the ``cache`` argument.
 
 Shapes use B = batch, T = sequence length, C = d_model, H = heads, hs = head size (C // H),
 V = vocabulary size.
@@ -11,80 +16,16 @@ V = vocabulary size.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-# --------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------
+from gptlib.config import ACTIVATIONS, GPTConfig  # GPTConfig is re-exported from here too
+from gptlib.loss import cross_entropy
 
-
-@dataclass
-class GPTConfig:
-    """Every size and switch of the model. Defaults are the book's running example."""
-
-    vocab_size: int = 100_070  # rows of the embedding table: largest cl100k id in the book + 1
-    context_length: int = 16  # T: the most tokens the model looks at
-    d_model: int = 64  # C: width of every token vector
-    n_heads: int = 4  # H: attention heads; head size is d_model // n_heads
-    n_blocks: int = 8  # transformer blocks stacked on top of each other
-    ffn_mult: int = 4  # feed-forward hidden width = ffn_mult * d_model
-    dropout: float = 0.1
-    norm: Literal["pre", "post"] = "pre"  # where LayerNorm sits relative to the residual add
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    activation: Literal["relu", "gelu", "gelu_tanh"] = "relu"
-    bias: bool = True  # biases in Linear and LayerNorm layers
-    tie_embeddings: bool = False  # share the token embedding with the output projection
-    final_norm: bool = True  # a LayerNorm after the last block (needed with pre-LN)
-    layer_norm_eps: float = 1e-5
-    fused_attention: bool = True  # F.scaled_dot_product_attention instead of the explicit path
-
-    def __post_init__(self) -> None:
-        problems = []
-        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                problems.append(f"{name} must be a positive integer, got {value!r}")
-        if not problems and self.d_model % self.n_heads != 0:
-            problems.append(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) so that "
-                f"every head gets the same size; try n_heads in "
-                f"{[h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]}"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        choices = {
-            "norm": ("pre", "post"),
-            "positions": ("sinusoidal", "learned"),
-            "activation": ("relu", "gelu", "gelu_tanh"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.positions == "sinusoidal" and not problems and self.d_model % 2:
-            problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
-        if problems:
-            raise ValueError("invalid GPTConfig: " + "; ".join(problems))
-
-    @property
-    def head_size(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def d_ff(self) -> int:
-        return self.ffn_mult * self.d_model
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# --------------------------------------------------------------------------------------------
-# Step by step: positions, mask, attention
-# --------------------------------------------------------------------------------------------
+# ---- positions (chapter 3) ------------------------------------------------------------------
 
 
 def sinusoidal_positional_encoding(
@@ -105,9 +46,19 @@ def sinusoidal_positional_encoding(
     return pe.to(dtype)
 
 
-def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean ``(T, T)`` mask, True where query ``i`` may see key ``j`` (that is, ``j <= i``)."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+# ---- the mask and attention (chapters 5-6) ----------------------------------------------------
+
+
+def causal_mask(
+    T: int, device: torch.device | str | None = None, n_keys: int | None = None
+) -> torch.Tensor:
+    """Boolean ``(T, T)`` mask, True where query ``i`` may see key ``j`` (that is, ``j <= i``).
+
+    With ``n_keys`` (generation with a cache) the T queries are the *last* T of ``n_keys``
+    positions: the mask is ``(T, n_keys)`` and query ``i`` sees keys ``0..n_keys - T + i``.
+    """
+    n_keys = T if n_keys is None else n_keys
+    return torch.ones(T, n_keys, dtype=torch.bool, device=device).tril(n_keys - T)
 
 
 def scaled_dot_product_attention(
@@ -141,13 +92,11 @@ def scaled_dot_product_attention(
 def _causal_attention_with_dropout_cpu(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
 ) -> torch.Tensor:
-    """Causal attention with dropout on the weights, for training on a CPU.
+    """Causal attention with dropout on the weights, for training on a CPU (fused path).
 
-    ``F.scaled_dot_product_attention`` has no CPU kernel with dropout: it falls back to a generic
-    path of a dozen small operations that rebuilds the mask and checks for fully masked rows on
-    every call. This computes the same thing in four: scale, mask and QKᵀ in one ``baddbmm``,
-    softmax, dropout, weighted sum (about 5% of a training step faster for the book's model).
-    q, k, v: (B, H, T, hs) -> (B, H, T, hs).
+    ``F.scaled_dot_product_attention`` has no CPU kernel with dropout: it falls back to a dozen
+    small operations. This computes the same in four: scale, mask and QKᵀ in one ``baddbmm``,
+    softmax, dropout, weighted sum. q, k, v: (B, H, T, hs) -> (B, H, T, hs).
     """
     B, H, T, hs = q.shape
     q3, k3, v3 = (t.reshape(B * H, T, hs) for t in (q, k, v))  # (B*H, T, hs) each
@@ -155,6 +104,9 @@ def _causal_attention_with_dropout_cpu(
     scores = torch.baddbmm(above, q3, k3.transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*H, T, T)
     weights = F.dropout(torch.softmax(scores, dim=-1), dropout_p, training=True)
     return torch.bmm(weights, v3).view(B, H, T, hs)  # (B, H, T, hs)
+
+
+# ---- heads (chapters 4 and 7) -----------------------------------------------------------------
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -167,6 +119,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, H, T, hs) -> (B, T, C): concatenate the heads' outputs side by side."""
     B, H, T, hs = x.shape
     return x.transpose(1, 2).contiguous().view(B, T, H * hs)
+
+
+# ---- LayerNorm (chapter 8) --------------------------------------------------------------------
 
 
 def layer_norm(
@@ -186,94 +141,22 @@ def layer_norm(
     return y
 
 
-# --------------------------------------------------------------------------------------------
-# KV cache (used by generation)
-# --------------------------------------------------------------------------------------------
+# ---- multi-head attention (chapter 7) ---------------------------------------------------------
 
 
-class KVCache:
-    """Keys and values of the tokens seen so far, kept between generation steps.
+class LayerCache(Protocol):
+    """What an attention layer needs from a KV cache (see :class:`gptlib.generate.KVCache`)."""
 
-    Every block gets a pair of buffers, keys and values of shape (B, H, capacity, hs), allocated
-    when the block first writes to them and doubled in size when they fill up (at most to the
-    model's context length). A step writes the new tokens' keys and values *in place* after the
-    cached ones, so it copies only the new positions instead of re-concatenating the whole
-    history. ``length`` is how many positions are cached: the next token fed to the model gets
-    position ``length``. ``max_length`` (usually the model's context length) caps the growth.
-    """
-
-    def __init__(self, max_length: int | None = None) -> None:
-        self.max_length = max_length
-        self._keys: list[torch.Tensor] = []  # per block: (B, H, capacity, hs)
-        self._values: list[torch.Tensor] = []
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        """Positions the buffers can hold before they grow (0 before the first write)."""
-        return self._keys[0].shape[-2] if self._keys else 0
-
-    @property
-    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each block's cached (keys, values), views of shape (B, H, length, hs)."""
-        n = self.length
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self._keys, self._values, strict=True)]
-
-    def extend(
-        self, layer: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write block ``layer``'s new keys/values (B, H, T, hs) at positions length..length+T-1
-        and return all of its keys/values so far, (B, H, length + T, hs) views.
-
-        The cache's ``length`` does not change here: the model calls :meth:`advance` once every
-        block has written its share.
-        """
-        start, end = self.length, self.length + k.shape[-2]
-        if layer > len(self._keys):
-            raise ValueError(f"blocks write in order: block {layer} came before {len(self._keys)}")
-        if layer == len(self._keys):  # the block's first write: empty buffers, grown below
-            self._keys.append(k.new_empty(*k.shape[:2], 0, k.shape[-1]))
-            self._values.append(v.new_empty(*v.shape[:2], 0, v.shape[-1]))
-        keys, values = self._keys[layer], self._values[layer]
-        if keys.shape[:2] != k.shape[:2]:
-            raise ValueError(
-                f"this cache holds (batch, heads) = {tuple(keys.shape[:2])}, got keys for "
-                f"{tuple(k.shape[:2])}; use a new KVCache (or reset() it) for another batch"
-            )
-        if keys.shape[-2] < end:  # full: double the capacity (at least 16, at most max_length)
-            capacity = max(end, 16, 2 * keys.shape[-2])
-            if self.max_length is not None:
-                capacity = max(end, min(capacity, self.max_length))
-            keys = k.new_empty(*k.shape[:2], capacity, k.shape[-1])
-            values = v.new_empty(*v.shape[:2], capacity, v.shape[-1])
-            keys[:, :, :start] = self._keys[layer][:, :, :start]  # keep what is cached
-            values[:, :, :start] = self._values[layer][:, :, :start]
-            self._keys[layer], self._values[layer] = keys, values
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def advance(self, T: int) -> None:
-        """Count ``T`` more cached positions (after every block has called :meth:`extend`)."""
-        self.length += T
-
-    def reset(self) -> None:
-        """Forget everything: the next token gets position 0 (the buffers are released)."""
-        self._keys.clear()
-        self._values.clear()
-        self.length = 0
-
-
-# --------------------------------------------------------------------------------------------
-# Layers
-# --------------------------------------------------------------------------------------------
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new keys/values (B, H, T, hs); return all of them so far (B, H, T_all, hs)."""
+        ...
 
 
 class MultiHeadAttention(nn.Module):
-    """Masked multi-head self-attention with visible Wq, Wk, Wv and Wo.
+    """Masked multi-head self-attention with visible W_q, W_k, W_v and W_o.
 
-    Two paths compute the same thing: ``explicit`` (the book's steps, and the attention weights
-    for plots) and ``fused`` (``F.scaled_dot_product_attention``, faster).
+    ``fused=False`` runs the book's steps (:func:`scaled_dot_product_attention`); ``fused=True``
+    computes the same with ``F.scaled_dot_product_attention``, faster.
     """
 
     def __init__(
@@ -282,7 +165,7 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         dropout: float = 0.0,
         bias: bool = True,
-        fused: bool = True,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -297,59 +180,49 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        return_weights: bool = False,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """Attend over ``x`` (B, T, C), after earlier tokens' keys and values if given.
-
-        The earlier keys and values come either as ``past``, a (k, v) pair that is concatenated
-        with the new ones, or from block ``layer`` of a :class:`KVCache`, which stores the new
-        ones in place. Returns ``(out, (k, v), weights)``: out is (B, T, C); (k, v) are all keys
-        and values, earlier and new, (B, H, T_past + T, hs); weights (B, H, T, T_past + T) come
-        from the explicit path (``return_weights`` forces it); the fused path returns None.
-        """
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_size:
             raise ValueError(
                 f"expected input of shape (B, T, {self.n_heads * self.head_size}), "
                 f"got {tuple(x.shape)}"
             )
-        if past is not None and cache is not None:
-            raise ValueError("give the earlier keys and values as past or as cache, not both")
-        T = x.shape[1]
         q = split_heads(self.W_q(x), self.n_heads)  # (B, H, T, hs)
         k = split_heads(self.W_k(x), self.n_heads)  # (B, H, T, hs)
         v = split_heads(self.W_v(x), self.n_heads)  # (B, H, T, hs)
-        if past is not None:
-            k = torch.cat([past[0], k], dim=-2)  # (B, H, T_past + T, hs)
-            v = torch.cat([past[1], v], dim=-2)
-        elif cache is not None:
-            k, v = cache.extend(layer, k, v)  # (B, H, T_past + T, hs) each
-        T_all = k.shape[-2]
-        fused = self.fused and not return_weights
-        causal = T > 1 and T == T_all  # no earlier tokens: the plain causal mask
-        # query i sits at absolute position T_all - T + i and may see keys 0..that position; a
-        # single new query sees every key, and the fused path knows the plain causal mask itself
-        mask = None
-        if T > 1 and not (fused and causal):
-            mask = torch.ones(T, T_all, dtype=torch.bool, device=x.device).tril(T_all - T)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C). With a ``cache``, x holds only the new tokens and they also
+        attend to the cached keys and values (the cache stores theirs)."""
+        q, k, v = self._qkv(x)  # (B, H, T, hs) each
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, T_all, hs): the cached positions, then the new
+        out = self._attend(q, k, v)  # (B, H, T, hs)
+        return self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        T, T_all = q.shape[-2], k.shape[-2]
         p = self.dropout if self.training else 0.0
-        weights = None
-        if fused and p > 0.0 and causal and x.device.type == "cpu":
-            out = _causal_attention_with_dropout_cpu(q, k, v, p)
-        elif fused:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
-            )
-        else:
-            out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
-        out = self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
-        return out, (k, v), weights
+        if not self.fused:
+            mask = causal_mask(T, q.device, n_keys=T_all)  # (T, T_all)
+            return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)[0]
+        if T == T_all:  # no cached positions: the plain causal mask, known to the kernel
+            if p > 0.0 and T > 1 and q.device.type == "cpu":
+                return _causal_attention_with_dropout_cpu(q, k, v, p)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)
+        mask = None if T == 1 else causal_mask(T, q.device, n_keys=T_all)  # 1 query sees all
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention weights (B, H, T, T) for x (B, T, C), by the book's explicit steps
+        (dropout follows the train/eval mode)."""
+        q, k, v = self._qkv(x)
+        p = self.dropout if self.training else 0.0
+        return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2], x.device), p)[1]
+
+
+# ---- feed-forward and the block (chapter 8) ----------------------------------------------------
 
 
 class FeedForward(nn.Module):
@@ -364,15 +237,12 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        if activation == "relu":
-            self.activation: nn.Module = nn.ReLU()
-        elif activation == "gelu":
-            self.activation = nn.GELU()
-        elif activation == "gelu_tanh":
+        self.activation = nn.ReLU() if activation == "relu" else nn.GELU()
+        if activation == "gelu_tanh":
             self.activation = nn.GELU(approximate="tanh")
-        else:
-            raise ValueError(f"activation must be relu, gelu or gelu_tanh, got {activation!r}")
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
@@ -396,34 +266,44 @@ class TransformerBlock(nn.Module):
         self.ln2 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.dropout, c.bias)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        return_weights: bool = False,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """x: (B, T, C) -> (B, T, C); also the block's keys/values and (optionally) weights.
-
-        ``past``, ``cache`` and ``layer`` go to the attention (see :class:`MultiHeadAttention`).
-        """
-        kw = {"past": past, "cache": cache, "layer": layer, "return_weights": return_weights}
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C); ``cache`` goes to the attention layer."""
         if self.norm == "pre":
-            a, kv, w = self.attn(self.ln1(x), **kw)
-            x = x + a
-            x = x + self.ffn(self.ln2(x))
-        else:
-            a, kv, w = self.attn(x, **kw)
-            x = self.ln1(x + a)
-            x = self.ln2(x + self.ffn(x))
-        return x, kv, w
+            x = x + self.attn(self.ln1(x), cache)
+            return x + self.ffn(self.ln2(x))
+        x = self.ln1(x + self.attn(x, cache))
+        return self.ln2(x + self.ffn(x))
+
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's attention weights (B, H, T, T) for its input x (B, T, C)."""
+        return self.attn.attention_weights(self.ln1(x) if self.norm == "pre" else x)
 
 
-# --------------------------------------------------------------------------------------------
-# The model
-# --------------------------------------------------------------------------------------------
+# ---- the model (chapter 9) ---------------------------------------------------------------------
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int, what: str = "token ids") -> None:
+    """Raise a clear error unless ``ids`` is an integer tensor of ids in 0..vocab_size-1."""
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{what} must be an integer tensor, got {ids.dtype}")
+    if ids.numel() == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(
+            f"{what}: token id {lo if lo < 0 else hi} is outside the model's vocabulary (valid "
+            f"ids are 0..{vocab_size - 1}); encode the text with the tokenizer/vocabulary the "
+            "model was built for"
+        )
+
+
+class ModelCache(Protocol):
+    """What :class:`GPT` needs from a KV cache (see :class:`gptlib.generate.KVCache`)."""
+
+    length: int  # positions cached so far: the next token gets position ``length``
+
+    def layer(self, i: int) -> LayerCache: ...
+    def advance(self, T: int) -> None: ...
 
 
 class GPT(nn.Module):
@@ -433,19 +313,17 @@ class GPT(nn.Module):
         super().__init__()
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.position_embedding = None
         if c.positions == "learned":
-            self.position_embedding: nn.Embedding | None = nn.Embedding(c.context_length, c.d_model)
+            self.position_embedding = nn.Embedding(c.context_length, c.d_model)
         else:
-            self.position_embedding = None
             pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
             self.register_buffer("positional_encoding", pe, persistent=False)
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_blocks))
-        self.final_norm = (
-            nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
-            if c.final_norm
-            else nn.Identity()
-        )
+        self.final_norm = nn.Identity()
+        if c.final_norm:
+            self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
@@ -454,45 +332,38 @@ class GPT(nn.Module):
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         # GPT-2's initialisation: small normal weights, zero biases
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    # ---- checks with clear messages --------------------------------------------------------
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def _check_input(self, idx: torch.Tensor, start: int = 0) -> None:
-        c = self.config
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
             shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
             raise ValueError(f"expected token ids of shape (batch, time), got {shape}")
-        if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
-            raise TypeError(f"token ids must be an integer tensor, got {idx.dtype}")
-        T = idx.shape[1]
+        T, ctx = idx.shape[1], self.config.context_length
         if T == 0:
             raise ValueError("the input is empty: give at least one token")
-        if start + T > c.context_length:
+        if start >= ctx:
+            raise ValueError(
+                f"the KV cache is full: it holds {start} positions, the model's context_length; "
+                "start a new cache (or reset() it) and feed the last tokens again"
+            )
+        if start + T > ctx:
             where = f" after {start} cached positions" if start else ""
             raise ValueError(
-                f"the input has {T} tokens{where}, but the model's context_length is "
-                f"{c.context_length}; crop it to the last {c.context_length - start} tokens"
+                f"the input has {T} tokens{where}, but the model's context_length is {ctx}; "
+                f"crop it to the last {ctx - start} tokens"
             )
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= c.vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ValueError(
-                f"token id {bad} is outside the vocabulary (valid ids are 0..{c.vocab_size - 1}); "
-                "encode the text with the same tokenizer/vocabulary the model was built for"
-            )
-
-    # ---- forward ---------------------------------------------------------------------------
+        check_token_ids(idx, self.config.vocab_size)
 
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token embedding + positional encoding for positions start..start+T-1: (B, T, C)."""
+        """Token embedding (times sqrt(d_model) if ``config.scale_embeddings``, chapter 3) plus
+        the positional encoding for positions start..start+T-1: (B, T, C)."""
         T = idx.shape[1]
         x = self.token_embedding(idx.long())  # (B, T, C); nn.Embedding takes int64/int32 only
+        if self.config.scale_embeddings:  # keeps the tokens from drowning in the positions
+            x = x * math.sqrt(self.config.d_model)
         if self.position_embedding is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.position_embedding(pos)  # (T, C) broadcasts over B
@@ -500,17 +371,17 @@ class GPT(nn.Module):
             x = x + self.positional_encoding[start : start + T].to(x.dtype)
         return self.dropout(x)
 
-    def hidden_states(self, idx: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+    def hidden_states(self, idx: torch.Tensor, cache: ModelCache | None = None) -> torch.Tensor:
         """The last block's output (B, T, C) for ids (B, T), before the final LayerNorm.
 
-        With a :class:`KVCache`, ``idx`` holds only the new tokens, at positions
-        ``cache.length...``; every block stores their keys and values in the cache.
+        With a KV cache, ``idx`` holds only the new tokens, at positions ``cache.length...``;
+        every block stores their keys and values in the cache.
         """
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         x = self.embed(idx, start)  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x, _, _ = block(x, cache=cache, layer=i)  # (B, T, C)
+            x = block(x, None if cache is None else cache.layer(i))  # (B, T, C)
         if cache is not None:
             cache.advance(idx.shape[1])
         return x
@@ -520,49 +391,32 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: torch.Tensor | None = None,
         *,
-        cache: KVCache | None = None,
+        cache: ModelCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, V) for ids (B, T); the mean cross-entropy when ``targets`` (B, T) is given.
-
-        With a :class:`KVCache`, ``idx`` holds only the new tokens; the cache is extended in place.
-        """
-        x = self.hidden_states(idx, cache=cache)  # (B, T, C)
-        x = self.final_norm(x)
-        logits = self.lm_head(x)  # (B, T, V)
-        loss = None
-        if targets is not None:
-            if targets.shape != idx.shape:
-                raise ValueError(
-                    f"targets must have the same shape as the input {tuple(idx.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
-            if targets.dtype.is_floating_point or targets.dtype.is_complex:
-                raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
-            # cross_entropy needs int64 class indices
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
-        return logits, loss
+        """Logits (B, T, V) for ids (B, T), and the mean cross-entropy when ``targets`` (B, T)
+        is given (else None). With a KV cache, ``idx`` holds only the new tokens."""
+        logits = self.lm_head(self.final_norm(self.hidden_states(idx, cache)))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        if targets.shape != idx.shape:
+            raise ValueError(
+                f"targets must have the same shape as the input {tuple(idx.shape)}, "
+                f"got {tuple(targets.shape)}"
+            )
+        check_token_ids(targets, self.config.vocab_size, "targets")
+        return logits, cross_entropy(logits, targets)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
-        """Every block's attention weights for ``idx``: (n_blocks, B, H, T, T), via the explicit
-        path (the model is not changed; dropout follows the module's train/eval mode)."""
+        """Every block's attention weights for ``idx``: (n_blocks, B, H, T, T), by the explicit
+        steps (the model is not changed; dropout follows the module's train/eval mode)."""
         self._check_input(idx)
-        x = self.embed(idx)
+        x = self.embed(idx)  # (B, T, C)
         maps = []
         for block in self.blocks:
-            x, _, w = block(x, return_weights=True)
-            maps.append(w)
+            maps.append(block.attention_weights(x))  # (B, H, T, T)
+            x = block(x)
         return torch.stack(maps)
-
-    @classmethod
-    def from_pretrained(cls, name_or_dir: str = "gpt2", **kwargs) -> GPT:
-        """GPT-2 weights from Hugging Face as a gptlib model (see :func:`gptlib.hf.from_pretrained`;
-        needs the optional ``transformers`` dependency)."""
-        from gptlib.hf import from_pretrained
-
-        return from_pretrained(name_or_dir, **kwargs)
-
-    # ---- sizes -----------------------------------------------------------------------------
 
     def num_parameters(self) -> int:
         """Trainable parameters, a tied embedding counted once."""
@@ -571,16 +425,17 @@ class GPT(nn.Module):
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part of the model; a tied output layer counts 0 (it reuses the input)."""
 
-        def count(m: nn.Module | None) -> int:
-            return 0 if m is None else sum(p.numel() for p in m.parameters())
+        def count(*modules: nn.Module | None) -> int:
+            return sum(p.numel() for m in modules if m is not None for p in m.parameters())
 
         parts = {
             "token embedding": count(self.token_embedding),
             "position embedding": count(self.position_embedding),
-            "attention": sum(count(b.attn) for b in self.blocks),
-            "feed-forward": sum(count(b.ffn) for b in self.blocks),
-            "layer norms": sum(count(b.ln1) + count(b.ln2) for b in self.blocks)
-            + count(self.final_norm),
+            "attention": count(*(b.attn for b in self.blocks)),
+            "feed-forward": count(*(b.ffn for b in self.blocks)),
+            "layer norms": count(
+                *(m for b in self.blocks for m in (b.ln1, b.ln2)), self.final_norm
+            ),
             "output layer": 0 if self.config.tie_embeddings else count(self.lm_head),
         }
         assert sum(parts.values()) == self.num_parameters()

@@ -1,11 +1,11 @@
-"""Training a GPT: the loop, its configuration, and the ``python -m gptlib.train`` command.
+"""Training a GPT (chapter 10): one step, the loop around it, and ``python -m gptlib.train``.
 
-One training step draws a batch of windows from the token stream, computes the next-token
-cross-entropy, back-propagates it and lets AdamW update the weights. Around that core,
-:func:`train` adds what a real run needs: a learning-rate schedule (warm-up, cosine decay),
-gradient clipping, a periodic estimate of the training and validation loss, a progress bar,
-atomic checkpoints that can be resumed exactly, a clear stop on a non-finite loss, bf16 autocast
-on CUDA, and several processes under ``torchrun`` (DistributedDataParallel) without code changes.
+A training step (:func:`train_step`) computes the next-token loss on a batch, back-propagates it
+and lets AdamW update the weights. :func:`train` repeats it with what a real run needs: a
+learning-rate schedule (:func:`learning_rate_at`), a periodic estimate of the training and
+validation losses (:func:`estimate_loss`) handed to ``callbacks``, a progress bar, atomic
+checkpoints that resume exactly, a clear stop on a non-finite loss, bf16 autocast on CUDA, and
+several processes under ``torchrun`` (DistributedDataParallel) without code changes.
 
 Reproducibility: :func:`train` seeds PyTorch's global generator (dropout draws from it) with
 ``config.seed + rank`` and draws batches from its own ``torch.Generator``; both states go into the
@@ -22,7 +22,8 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,116 +33,54 @@ from gptlib import distributed
 from gptlib.checkpoint import (
     DEFAULT_NAME,
     CheckpointError,
-    atomic_write,
     config_from_dict,
     load_state_into,
     read_checkpoint,
     resolve_path,
     save_checkpoint,
     unwrap,
+    vocab_from_checkpoint,
 )
+from gptlib.cli import (
+    HelpFormatter,
+    OneLineParser,
+    UsageError,
+    add_config_options,
+    config_from_args,
+    float_arg,
+    usage_error,
+)
+from gptlib.config import GPTConfig, TrainConfig, resolve_device
 from gptlib.data import (
     CORPORA,
     ChecksumError,
     CorpusUnavailableError,
+    atomic_write_bytes,
     get_batch,
     load_corpus,
     train_val_split,
 )
-from gptlib.model import GPT, GPTConfig
+from gptlib.model import GPT, check_token_ids
 from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError, Vocabulary
 
-LR_SCHEDULES = ("constant", "cosine")
+__all__ = [
+    "HISTORY_KEYS",
+    "TrainConfig",
+    "estimate_loss",
+    "learning_rate_at",
+    "make_optimizer",
+    "main",
+    "resolve_device",
+    "train",
+    "train_step",
+]
+
 HISTORY_KEYS = ("step", "train_loss", "val_loss", "lr", "tokens_per_sec", "elapsed_s")
 EVAL_SEED_OFFSET = 1_000_003  # evaluation batches use their own, fixed seed
 
-
-@dataclass
-class TrainConfig:
-    """Every knob of a training run. Defaults suit the book's small model on a CPU."""
-
-    batch_size: int = 4
-    max_iters: int = 2000  # optimizer steps in the whole run (the schedule's horizon)
-    learning_rate: float = 1e-3
-    warmup_iters: int = 0  # linear warm-up steps
-    lr_schedule: str = "constant"  # "constant" | "cosine" (cosine decays to min_lr at max_iters)
-    min_lr: float = 1e-4
-    weight_decay: float = 0.1  # applied to weight matrices and embeddings, not biases or norms
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables
-    eval_interval: int = 100  # estimate the losses every this many steps (and at the last)
-    eval_iters: int = 20  # batches per loss estimate
-    seed: int = 1337
-    device: str = "auto"  # "auto" = cuda > mps > cpu, or an explicit device string
-    autocast_bf16: bool = True  # bf16 autocast, used only on CUDA
-    checkpoint_interval: int = 0  # 0 = save only at the end (when a checkpoint path is given)
-
-    def __post_init__(self) -> None:
-        problems = []
-        for name in ("batch_size", "max_iters", "eval_interval", "eval_iters"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                problems.append(f"{name} must be a positive integer, got {value!r}")
-        for name in ("warmup_iters", "checkpoint_interval"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                problems.append(f"{name} must be an integer >= 0, got {value!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            problems.append(f"seed must be an integer, got {self.seed!r}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            problems.append(f"learning_rate must be a positive number, got {self.learning_rate}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            problems.append(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
-        if not (math.isfinite(self.min_lr) and self.min_lr >= 0):
-            problems.append(f"min_lr must be >= 0, got {self.min_lr}")
-        elif self.lr_schedule == "cosine" and self.min_lr > self.learning_rate:
-            problems.append(
-                f"min_lr ({self.min_lr}) must not exceed learning_rate ({self.learning_rate})"
-            )
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            problems.append(f"weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
-            problems.append(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
-        if not isinstance(self.device, str) or not self.device:
-            problems.append(f"device must be a string such as 'auto' or 'cpu', got {self.device!r}")
-        if problems:
-            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
-
-
 # --------------------------------------------------------------------------------------------
-# Building blocks
+# One step
 # --------------------------------------------------------------------------------------------
-
-
-def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    """``"auto"`` -> the best available device (cuda > mps > cpu); else the named one, checked.
-
-    Under torchrun, a bare ``"cuda"`` means this process's GPU, ``cuda:LOCAL_RANK``.
-    """
-    mps = getattr(torch.backends, "mps", None)
-    mps_ok = mps is not None and mps.is_available()
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        return torch.device("mps") if mps_ok else torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was requested but CUDA is not available; use cpu/auto")
-        if device.index is None:
-            device = torch.device("cuda", local_rank % torch.cuda.device_count())
-    elif device.type == "mps" and not mps_ok:
-        raise ValueError("device 'mps' was requested but MPS is not available; use cpu or auto")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
-    return device
 
 
 def learning_rate_at(step: int, config: TrainConfig) -> float:
@@ -160,82 +99,50 @@ def learning_rate_at(step: int, config: TrainConfig) -> float:
     return c.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
 
 
-def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device):
-    """AdamW with weight decay on matrices and embeddings only (not biases or LayerNorm gains).
-
-    Uses the fused implementation (one kernel for all parameters) on CPU and CUDA, and the
-    multi-tensor ``foreach`` one elsewhere.
-    """
+def make_optimizer(
+    model: torch.nn.Module, config: TrainConfig, device: torch.device | str | None = None
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only (group 0), not on biases or
+    LayerNorm gains (group 1). Uses the fused implementation on CPU and CUDA (the parameters'
+    device when ``device`` is None) and the multi-tensor ``foreach`` one elsewhere."""
     params = [p for p in unwrap(model).parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    kind = {"fused": True} if device.type in ("cpu", "cuda") else {"foreach": True}
-    return torch.optim.AdamW(
-        groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), **kind
-    )
+    device_type = torch.device(device).type if device is not None else params[0].device.type
+    kind = {"fused": True} if device_type in ("cpu", "cuda") else {"foreach": True}
+    betas = (config.beta1, config.beta2)
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=betas, **kind)
 
 
-def batch_seed(seed: int, rank: int) -> int:
-    """Seed of rank ``rank``'s batch generator: every process draws different batches."""
-    return seed + rank
-
-
-class _CrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy whose softmax work stays in the CPU cache (see :func:`cross_entropy`)."""
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        N, V = logits.shape
-        rows = max(1, (1 << 18) // V)  # ~1 MB of logits per chunk
-        lse = torch.empty(N, dtype=logits.dtype, device=logits.device)  # (N,)
-        for i in range(0, N, rows):
-            lse[i : i + rows] = torch.logsumexp(logits[i : i + rows], dim=-1)
-        ctx.save_for_backward(logits, lse, targets)
-        ctx.rows = rows
-        picked = logits.gather(1, targets[:, None]).squeeze(1)  # (N,) the targets' logits
-        return (lse - picked).mean()
-
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
-        logits, lse, targets = ctx.saved_tensors
-        N = logits.shape[0]
-        scale = grad_out / N
-        grad = torch.empty_like(logits)  # (N, V): (softmax - one_hot) * scale
-        for i in range(0, N, ctx.rows):
-            chunk = grad[i : i + ctx.rows]
-            torch.sub(logits[i : i + ctx.rows], lse[i : i + ctx.rows, None], out=chunk)
-            chunk.exp_().mul_(scale)
-        grad[torch.arange(N, device=grad.device), targets] -= scale
-        return grad, None
-
-
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy of ``logits`` (..., V) against ``targets`` (...).
-
-    The same value and gradient as :func:`torch.nn.functional.cross_entropy` (up to float
-    rounding), computed as ``logsumexp(logits) - logits[target]`` with the gradient
-    ``softmax(logits) - one_hot(target)`` written in one pass, a few rows at a time. PyTorch's
-    version materialises ``log_softmax`` and a zero-filled gradient of the full (N, V) size,
-    which dominates a CPU training step when V is large (100,070 for the book's full
-    vocabulary); this one runs about twice as fast there. :func:`train` uses it on CPU.
-    """
-    V = logits.shape[-1]
-    return _CrossEntropy.apply(logits.reshape(-1, V).float(), targets.reshape(-1))
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float | None = None,
+    grad_clip: float = 0.0,
+) -> float:
+    """One optimizer step on the batch ``x`` -> ``y`` (B, T); returns the batch's loss."""
+    if lr is not None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    model.train()
+    logits, loss = model(x, y)  # (B, T, V), the mean next-token cross-entropy
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
 
 
 def _autocast(device: torch.device, config: TrainConfig):
     if config.autocast_bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 @torch.no_grad()
@@ -261,32 +168,51 @@ def estimate_loss(
     total = torch.zeros((), device=device)
     with _autocast(device, config):
         for _ in range(config.eval_iters):
-            x, y = get_batch(data, config.batch_size, T, generator=g)
-            _, loss = model(x.to(device), y.to(device))
-            total += loss.float()
+            x, y = get_batch(data, config.batch_size, T, generator=g, device=device)
+            total += model(x, y)[1].float()
     model.train(was_training)
     return float(distributed.all_reduce_mean(total / config.eval_iters))
+
+
+# --------------------------------------------------------------------------------------------
+# Around the loop: the run's state, resuming, saving, the loss check, progress
+# --------------------------------------------------------------------------------------------
+
+
+def batch_seed(seed: int, rank: int) -> int:
+    """Seed of rank ``rank``'s batch generator: every process draws different batches."""
+    return seed + rank
+
+
+@dataclass
+class RunState:
+    """What a run carries from step to step and into its checkpoints."""
+
+    path: Path | None = None  # the checkpoint file (None: no checkpoints)
+    step: int = 0  # optimizer steps done
+    history: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+    batch_gen: torch.Generator = field(default_factory=torch.Generator)
+    vocab: Vocabulary | None = None
+    encoding: str | None = None
+    last_saved: int | None = None  # the step of the last checkpoint written or resumed from
+    optimizer_state: dict | None = None  # to load into the optimizer once it exists
+
+    @property
+    def elapsed(self) -> float:
+        return self.history["elapsed_s"][-1] if self.history["elapsed_s"] else 0.0
 
 
 def _check_data(data: torch.Tensor, name: str, model_config: GPTConfig) -> None:
     if not isinstance(data, torch.Tensor) or data.dim() != 1:
         shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
         raise ValueError(f"{name} must be a 1-D tensor of token ids, got {shape}")
-    if data.dtype.is_floating_point or data.dtype == torch.bool or data.is_complex():
-        raise TypeError(f"{name} must hold integer token ids, got {data.dtype}")
     T = model_config.context_length
     if len(data) < T + 1:
         raise ValueError(
             f"{name} has {len(data)} tokens, but one training window needs context_length + 1 = "
             f"{T + 1}; use more text or a shorter context_length"
         )
-    lo, hi = int(data.min()), int(data.max())
-    if lo < 0 or hi >= model_config.vocab_size:
-        raise ValueError(
-            f"{name} holds token id {lo if lo < 0 else hi}, outside the model's vocabulary "
-            f"0..{model_config.vocab_size - 1}; encode the data with the vocabulary the model "
-            "was built for"
-        )
+    check_token_ids(data, model_config.vocab_size, name)
 
 
 def _check_resumable(raw: dict, model: GPT, vocab: Vocabulary | None, path: Path) -> None:
@@ -298,257 +224,52 @@ def _check_resumable(raw: dict, model: GPT, vocab: Vocabulary | None, path: Path
             f"cannot resume from {path}: it was saved for a different model ({diff}); build the "
             "model from the checkpoint's config or train into another folder"
         )
-    saved_vocab = raw.get("vocab")
-    if vocab is not None and saved_vocab is not None and list(vocab.ids) != list(saved_vocab):
+    saved_vocab = vocab_from_checkpoint(raw, path)
+    if vocab is not None and saved_vocab is not None and vocab != saved_vocab:
         raise CheckpointError(
             f"cannot resume from {path}: its vocabulary differs from the one given, so the token "
             "ids would mean different things; encode the data with the checkpoint's vocabulary"
         )
 
 
-# --------------------------------------------------------------------------------------------
-# The training loop
-# --------------------------------------------------------------------------------------------
-
-
-def train(
-    model: GPT,
-    train_data: torch.Tensor,
-    val_data: torch.Tensor,
-    config: TrainConfig,
-    *,
-    checkpoint_path: str | Path | None = None,
-    resume: bool = False,
-    vocab: Vocabulary | None = None,
-    quiet: bool = False,
-    stop_at: int | None = None,
-    encoding: str | None = None,
-) -> dict[str, list[float]]:
-    """Train ``model`` on ``train_data`` and return its loss history.
-
-    ``train_data`` / ``val_data`` are 1-D tensors of model ids. The history has one entry per
-    evaluation (every ``eval_interval`` steps and at the last step) with the keys ``step``,
-    ``train_loss`` and ``val_loss`` (means over ``eval_iters`` batches in eval mode), ``lr``,
-    ``tokens_per_sec`` (training throughput since the previous evaluation, evaluation excluded;
-    all processes together) and ``elapsed_s`` (training seconds so far, evaluation excluded).
-
-    ``checkpoint_path``: where to save (at the end, and every ``checkpoint_interval`` steps).
-    ``resume=True`` continues from that checkpoint if it exists (model, optimizer, step, random
-    states and history; the model must have the checkpoint's config); without one, training
-    starts from scratch. ``stop_at`` ends this call after that step although the schedule runs to
-    ``max_iters``, so a run can be split into pieces that resume into exactly the same losses.
-    ``vocab`` and ``encoding`` (a tiktoken name) are stored in the checkpoint for generation.
-
-    A non-finite loss raises :class:`FloatingPointError` naming the step (steps count from 1);
-    checkpoints are only written after the losses up to that step were checked, so the last
-    good checkpoint stays intact. Under torchrun the model is wrapped in DistributedDataParallel,
-    each rank draws different batches and only rank 0 writes files or shows progress. The model
-    is left in the train/eval mode it had before.
-    """
-    if not isinstance(config, TrainConfig) and type(config).__name__ != "TrainConfig":
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    raw = unwrap(model)
-    if not isinstance(raw, GPT):
-        raise TypeError(f"train expects a gptlib GPT model, got {type(raw).__name__}")
-    _check_data(train_data, "train_data", raw.config)
-    _check_data(val_data, "val_data", raw.config)
+def _start(
+    model: GPT, config: TrainConfig, state: RunState, raw: dict | None, device: torch.device
+) -> None:
+    """Load a checkpoint's contents ``raw`` into ``model`` and ``state`` (or seed a fresh run)."""
     info = distributed.current()
-    device = resolve_device(config.device, info.local_rank)
-    stop = config.max_iters if stop_at is None else min(int(stop_at), config.max_iters)
-    path = Path(checkpoint_path) if checkpoint_path is not None else None
-    if resume and path is None:
-        raise ValueError("resume=True needs a checkpoint_path to resume from")
-    show = not quiet and info.is_main
-
-    was_training = raw.training
-    raw.to(device)
-    history: dict[str, list[float]] = {k: [] for k in HISTORY_KEYS}
-    start = 0
-    saved: dict | None = None
-    if resume and resolve_path(path).exists():
-        path = resolve_path(path)
-        saved = read_checkpoint(path, map_location="cpu")
-        _check_resumable(saved, raw, vocab, path)
-        load_state_into(raw, saved["model_state"], path)
-        start = int(saved["step"])
-        extra = saved.get("extra") or {}
+    if raw is not None:
+        _check_resumable(raw, model, state.vocab, state.path)
+        load_state_into(model, raw["model_state"], state.path)
+        extra = raw.get("extra") or {}
         old = extra.get("history") or {}
-        history = {k: [float(v) for v in old.get(k, [])] for k in HISTORY_KEYS}
-        if vocab is None and saved.get("vocab") is not None:
-            vocab = Vocabulary(tuple(int(i) for i in saved["vocab"]))
-        encoding = encoding or extra.get("encoding")
-    elif resume and show:
-        print(f"no checkpoint at {path} yet: starting from scratch", file=sys.stderr)
-
-    if info.enabled:  # every rank must resume from the same step, or the ranks would hang
-        starts = distributed.all_gather_objects(start)
-        if len(set(starts)) > 1:
-            raise CheckpointError(
-                f"cannot resume: the ranks found different checkpoints at {path} (steps by rank: "
-                f"{starts}); put the checkpoint on a file system every machine shares, or copy it "
-                "to the same path on each machine"
-            )
-
-    # random states: dropout uses the global generator, batches their own one
-    batch_gen = torch.Generator()
-    if saved is None:
+        state.step = state.last_saved = int(raw["step"])
+        state.history = {k: [float(v) for v in old.get(k, [])] for k in HISTORY_KEYS}
+        state.vocab = state.vocab or vocab_from_checkpoint(raw, state.path)
+        state.encoding = state.encoding or extra.get("encoding")
+        state.optimizer_state = raw.get("optimizer_state")
+    starts = distributed.all_gather_objects(state.step)
+    if len(set(starts)) > 1:  # every rank must start at the same step, or the ranks would hang
+        raise CheckpointError(
+            f"cannot resume: the ranks found different checkpoints at {state.path} (steps by "
+            f"rank: {starts}); put the checkpoint on a file system every machine shares, or copy "
+            "it to the same path on each machine"
+        )
+    if raw is None:  # dropout uses the global generator, batches their own one
         torch.manual_seed(config.seed + info.rank)
-        batch_gen.manual_seed(batch_seed(config.seed, info.rank))
+        state.batch_gen.manual_seed(batch_seed(config.seed, info.rank))
     else:
-        _restore_rng(saved, info, device, batch_gen, config, start)
-
-    ddp_model = distributed.wrap(raw, device)
-    optimizer = make_optimizer(raw, config, device)
-    if saved is not None and saved.get("optimizer_state") is not None:
-        try:
-            optimizer.load_state_dict(saved["optimizer_state"])
-        except (ValueError, KeyError, RuntimeError) as err:
-            raise CheckpointError(
-                f"cannot resume from {path}: its optimizer state does not fit this model ({err})"
-            ) from None
-
-    B, T = config.batch_size, raw.config.context_length
-    tokens_per_step = B * T * info.world_size
-    check_every = 1 if device.type == "cpu" else 16  # losses are checked (synced) this often
-    amp = _autocast(device, config)
-    own_loss = device.type == "cpu"  # the cache-friendly loss; CUDA's own kernel is fine
-    last_saved = start if saved is not None else None
-    elapsed = history["elapsed_s"][-1] if history["elapsed_s"] else 0.0
-    pending: list[torch.Tensor] = []
-    last_loss = float("nan")
-    lr = learning_rate_at(start, config)
-
-    def save(step: int) -> None:
-        nonlocal last_saved
-        rng = {
-            "torch": torch.get_rng_state(),
-            "batch": batch_gen.get_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        }
-        rngs = distributed.all_gather_objects(rng)  # every rank's states, indexed by rank
-        if info.is_main:
-            extra = {
-                "rng": rngs,
-                "world_size": info.world_size,
-                "history": history,
-                "encoding": encoding,
-            }
-            save_checkpoint(
-                path, raw, optimizer=optimizer, train_config=config, vocab=vocab, step=step,
-                extra=extra,
-            )  # fmt: skip
-        distributed.barrier()
-        last_saved = step
-
-    def check(upto: int) -> float:
-        # all ranks reach this at the same steps; averaging makes them agree on the verdict
-        values = distributed.all_reduce_mean(torch.stack(pending).float()).cpu()
-        first = upto - len(values) + 1
-        pending.clear()
-        bad = (~torch.isfinite(values)).nonzero()
-        if len(bad):
-            i = int(bad[0])
-            kept = (
-                f"the last checkpoint, {path} (step {last_saved}), was left intact"
-                if last_saved is not None and path is not None
-                else "no checkpoint was written by this run"
-            )
-            raise FloatingPointError(
-                f"training stopped: non-finite loss ({float(values[i])}) at step {first + i}; "
-                f"{kept}. Try a lower learning rate, a warm-up, gradient clipping, or bf16 off"
-            )
-        return float(values[-1])
-
-    bar = tqdm(
-        total=stop, initial=min(start, stop), disable=not show, unit="step", desc="train",
-        dynamic_ncols=True, leave=True,
-    )  # fmt: skip
-    last_shown = 0.0
-    try:
-        ddp_model.train()
-        interval_steps = 0
-        t0 = time.perf_counter()
-        for step in range(start, stop):
-            done = step + 1  # steps count from 1: "step 100" = after 100 updates
-            lr = learning_rate_at(step, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            x, y = get_batch(train_data, B, T, generator=batch_gen)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with amp:
-                if own_loss:
-                    logits, _ = ddp_model(x)  # (B, T, V)
-                    loss = cross_entropy(logits, y)
-                else:
-                    _, loss = ddp_model(x, y)
-            pending.append(loss.detach())
-            is_eval = done % config.eval_interval == 0 or done == stop
-            is_save = path is not None and (
-                done == stop
-                or (config.checkpoint_interval > 0 and done % config.checkpoint_interval == 0)
-            )
-            if len(pending) >= check_every or is_eval or is_save:
-                last_loss = check(done)  # before backward: a bad loss never reaches the weights
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(raw.parameters(), config.grad_clip)
-            optimizer.step()
-            interval_steps += 1
-            bar.update(1)
-            if show and not is_eval and time.perf_counter() - last_shown > 0.5:
-                bar.set_postfix_str(_postfix(last_loss, history), refresh=False)
-                last_shown = time.perf_counter()
-            if is_eval:
-                _sync(device)
-                seconds = time.perf_counter() - t0
-                elapsed += seconds
-                train_loss = estimate_loss(raw, train_data, config, device=device, rank=info.rank)
-                val_loss = estimate_loss(raw, val_data, config, device=device, rank=info.rank)
-                for key, value in zip(
-                    HISTORY_KEYS,
-                    (
-                        done,
-                        train_loss,
-                        val_loss,
-                        lr,
-                        interval_steps * tokens_per_step / max(seconds, 1e-9),
-                        elapsed,
-                    ),
-                    strict=True,
-                ):
-                    history[key].append(float(value))
-                interval_steps = 0
-                bar.set_postfix_str(_postfix(last_loss, history), refresh=True)
-            if is_save:
-                save(done)
-            if is_eval or is_save:
-                t0 = time.perf_counter()  # evaluation and saving are not training time
-    finally:
-        bar.close()
-        raw.train(was_training)
-    if start >= stop and show:
-        print(f"nothing to train: the checkpoint is at step {start} >= {stop}", file=sys.stderr)
-    return {k: list(v) for k, v in history.items()}
-
-
-def _postfix(last_loss: float, history: dict[str, list[float]]) -> str:
-    text = f"loss {last_loss:.4f}"
-    if history["step"]:
-        text += f" | train {history['train_loss'][-1]:.4f} val {history['val_loss'][-1]:.4f}"
-        text += f" | {history['tokens_per_sec'][-1]:,.0f} tok/s"
-    return text
+        _restore_rng(raw, info, device, state.batch_gen, config, state.step)
 
 
 def _restore_rng(
-    saved: dict,
+    raw: dict,
     info: distributed.DistInfo,
     device: torch.device,
     batch_gen: torch.Generator,
     config: TrainConfig,
     step: int,
 ) -> None:
-    rngs = (saved.get("extra") or {}).get("rng")
+    rngs = (raw.get("extra") or {}).get("rng")
     if isinstance(rngs, list) and len(rngs) == info.world_size:
         mine = rngs[info.rank]
         torch.set_rng_state(mine["torch"])
@@ -562,93 +283,275 @@ def _restore_rng(
             f"the checkpoint was written by {saved_world} process(es) and this run has "
             f"{info.world_size}: random states are re-seeded, so the losses will differ from an "
             "uninterrupted run",
-            stacklevel=3,
+            stacklevel=5,  # the caller of train()
         )
     torch.manual_seed(config.seed + info.rank + 7919 * step)
     batch_gen.manual_seed(batch_seed(config.seed, info.rank) + 7919 * step)
 
 
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-
-class UsageError(Exception):
-    """A bad command-line value found after parsing (exit status 2)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument in one line (and only on rank 0 under torchrun)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        usage_error(self.prog, f"{message} (see --help)")
-        raise SystemExit(2)
-
-
-def usage_error(prog: str, message: str) -> int:
-    """Print ``prog: error: message`` as one line on stderr (rank 0 only); returns 2."""
-    if distributed.is_main_process():
-        sys.stderr.write(f"{prog}: error: {' '.join(str(message).split())}\n")
-    return 2
-
-
-def positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def nonneg_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
-    return value
-
-
-def _int(text: str) -> int:
+def _load_optimizer(optimizer: torch.optim.Optimizer, state: RunState) -> None:
+    if state.optimizer_state is None:
+        return
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        optimizer.load_state_dict(state.optimizer_state)
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise CheckpointError(
+            f"cannot resume from {state.path}: its optimizer state does not fit this model ({err})"
+        ) from None
+    state.optimizer_state = None
 
 
-def nonneg_float(text: str) -> float:
+def _save(
+    state: RunState,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    device: torch.device,
+) -> None:
+    """Write the checkpoint (rank 0) with every rank's random states; all ranks call this."""
+    rng = {
+        "torch": torch.get_rng_state(),
+        "batch": state.batch_gen.get_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+    rngs = distributed.all_gather_objects(rng)  # every rank's states, indexed by rank
+    info = distributed.current()
+    if info.is_main:
+        extra = {
+            "rng": rngs,
+            "world_size": info.world_size,
+            "history": state.history,
+            "encoding": state.encoding,
+        }
+        save_checkpoint(
+            state.path, model, optimizer=optimizer, train_config=config, vocab=state.vocab,
+            step=state.step, extra=extra,
+        )  # fmt: skip
+    distributed.barrier()
+    state.last_saved = state.step
+
+
+def _check_loss(loss: float, state: RunState, device: torch.device) -> None:
+    """Stop on a non-finite loss (all ranks agree: the verdict uses the mean over ranks)."""
+    if distributed.current().enabled:
+        loss = float(distributed.all_reduce_mean(torch.tensor(loss, device=device)))
+    if math.isfinite(loss):
+        return
+    kept = "no checkpoint was written by this run"
+    if state.last_saved is not None and state.path is not None:
+        kept = f"the last checkpoint, {state.path} (step {state.last_saved}), was left intact"
+    raise FloatingPointError(
+        f"training stopped: non-finite loss ({loss}) at step {state.step}; {kept}. Try a lower "
+        "learning rate, a warm-up, gradient clipping, or bf16 off"
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+class _Clock:
+    """Training seconds and steps since the last evaluation; :meth:`stop` pauses it (evaluating
+    and saving are not training time) and :meth:`go` starts it again."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.seconds, self.steps = device, 0.0, 0
+        self.started: float | None = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.started is not None:
+            _sync(self.device)  # wait for the device to finish the queued steps
+            self.seconds += time.perf_counter() - self.started
+            self.started = None
+
+    def go(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+
+
+def _evaluate(
+    model: GPT,
+    data: tuple[torch.Tensor, torch.Tensor],
+    config: TrainConfig,
+    state: RunState,
+    clock: _Clock,
+    device: torch.device,
+) -> dict[str, float]:
+    """Estimate both losses, append them to the history and return the record."""
+    seconds, tokens = clock.seconds, clock.steps * config.batch_size * model.config.context_length
+    clock.seconds, clock.steps = 0.0, 0
+    rank = distributed.current().rank
+    record = {
+        "step": state.step,
+        "train_loss": estimate_loss(model, data[0], config, device=device, rank=rank),
+        "val_loss": estimate_loss(model, data[1], config, device=device, rank=rank),
+        "lr": learning_rate_at(state.step - 1, config),
+        "tokens_per_sec": tokens * distributed.current().world_size / max(seconds, 1e-9),
+        "elapsed_s": state.elapsed + seconds,
+    }
+    for key in HISTORY_KEYS:
+        state.history[key].append(float(record[key]))
+    return record
+
+
+def _postfix(loss: float, history: dict[str, list[float]]) -> str:
+    text = f"loss {loss:.4f}"
+    if history["step"]:
+        text += f" | train {history['train_loss'][-1]:.4f} val {history['val_loss'][-1]:.4f}"
+        text += f" | {history['tokens_per_sec'][-1]:,.0f} tok/s"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# The training loop
+# --------------------------------------------------------------------------------------------
+
+
+def _setup(
+    model: GPT,
+    data: tuple[torch.Tensor, torch.Tensor],
+    config: TrainConfig,
+    checkpoint_path: str | Path | None,
+    resume: bool | dict,
+    state: RunState,
+) -> tuple[GPT, torch.device, bool]:
+    """Check the arguments, move the model to its device and load the checkpoint to resume from
+    (read once); returns the bare model, the device and whether a checkpoint was resumed."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    raw_model = unwrap(model)
+    if not isinstance(raw_model, GPT):
+        raise TypeError(f"train expects a gptlib GPT model, got {type(raw_model).__name__}")
+    _check_data(data[0], "train_data", raw_model.config)
+    _check_data(data[1], "val_data", raw_model.config)
+    if resume is not False and checkpoint_path is None:
+        raise ValueError("resume=True needs a checkpoint_path to resume from")
+    state.path = resolve_path(checkpoint_path) if checkpoint_path is not None else None
+    raw = resume if isinstance(resume, dict) else None
+    if resume is True and state.path.exists():
+        raw = read_checkpoint(state.path, map_location="cpu")
+    device = resolve_device(config.device, distributed.current().local_rank)
+    _start(raw_model.to(device), config, state, raw, device)
+    return raw_model, device, raw is not None
+
+
+def train(
+    model: GPT,
+    train_data: torch.Tensor,
+    val_data: torch.Tensor,
+    config: TrainConfig,
+    *,
+    checkpoint_path: str | Path | None = None,
+    resume: bool | dict = False,
+    vocab: Vocabulary | None = None,
+    encoding: str | None = None,
+    stop_at: int | None = None,
+    quiet: bool = False,
+    progress: bool | None = None,
+    callbacks: Iterable[Callable[[dict], object]] = (),
+) -> dict[str, list[float]]:
+    """Train ``model`` on ``train_data`` (1-D model ids) and return its loss history.
+
+    Every ``eval_interval`` steps and at the last step, both losses are estimated and each
+    ``callback(record)`` gets the record: a dict with the keys of :data:`HISTORY_KEYS`.
+    ``checkpoint_path``: where to save (at the end, and every ``checkpoint_interval`` steps);
+    ``resume=True`` continues from it if it exists (or pass its contents, already read with
+    :func:`~gptlib.checkpoint.read_checkpoint`). ``stop_at`` ends this call after that step.
+    ``vocab``, ``encoding`` go into the checkpoint. ``progress``: a progress bar (default: unless
+    ``quiet``). A non-finite loss raises FloatingPointError naming the step."""
+    data, state = (train_data, val_data), RunState(None, vocab=vocab, encoding=encoding)
+    raw_model, device, resumed = _setup(model, data, config, checkpoint_path, resume, state)
+    stop = config.max_iters if stop_at is None else min(int(stop_at), config.max_iters)
+    show = distributed.current().is_main and (not quiet if progress is None else progress)
+    _say(show and resume is True and not resumed, f"no checkpoint at {state.path}: starting anew")
+    _say(show and state.step >= stop, f"nothing to train: the checkpoint is at step {state.step}")
+    ddp_model = distributed.wrap(raw_model, device)
+    optimizer = make_optimizer(raw_model, config, device)
+    _load_optimizer(optimizer, state)
+    B, T = config.batch_size, raw_model.config.context_length
+    amp, clock, was_training = _autocast(device, config), _Clock(device), raw_model.training
+    bar = tqdm(total=stop, initial=min(state.step, stop), disable=not show, desc="train")
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
+        for step in range(state.step, stop):
+            x, y = get_batch(train_data, B, T, generator=state.batch_gen, device=device)
+            with amp:  # bf16 on CUDA, nothing elsewhere
+                lr = learning_rate_at(step, config)
+                loss = train_step(ddp_model, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
+            state.step, clock.steps = step + 1, clock.steps + 1
+            _check_loss(loss, state, device)
+            bar.update(1)
+            evaluate, save = _due(state, config, stop)
+            if evaluate or save:
+                clock.stop()  # evaluating and saving are not training time
+            if evaluate:
+                record = _evaluate(raw_model, data, config, state, clock, device)
+                bar.set_postfix_str(_postfix(loss, state.history))
+                for callback in callbacks:
+                    callback(record)
+            if save:
+                _save(state, raw_model, optimizer, config, device)
+            clock.go()
+    finally:
+        bar.close()
+        raw_model.train(was_training)
+    return {k: list(v) for k, v in state.history.items()}
 
 
-def positive_float(text: str) -> float:
-    value = nonneg_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
+def _due(state: RunState, config: TrainConfig, stop: int) -> tuple[bool, bool]:
+    """Whether to evaluate, and whether to save a checkpoint, after step ``state.step``."""
+    last = state.step == stop
+    every = config.checkpoint_interval
+    save = state.path is not None and (last or (every > 0 and state.step % every == 0))
+    return last or state.step % config.eval_interval == 0, save
 
 
-def unit_float(text: str) -> float:
-    value = nonneg_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+def _say(condition: bool, message: str) -> None:
+    if condition:
+        print(message, file=sys.stderr)
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Show defaults, keep the examples' line breaks."""
+# --------------------------------------------------------------------------------------------
+# Command line: python -m gptlib.train
+# --------------------------------------------------------------------------------------------
 
-
-H = {
-    "T": "the most tokens the model sees",
-    "sched": "cosine decays to --min-lr at --max-iters",
-    "wd": "AdamW decay of weight matrices and embeddings",
-    "ei": "estimate the losses every this many steps",
-    "eit": "batches per loss estimate",
-    "ci": "also save every this many steps (0: only at the end)",
+MODEL_HELP = {  # one line per GPTConfig field the command exposes (vocab_size comes from the data)
+    "context_length": "the most tokens the model sees",
+    "d_model": "width of token vectors",
+    "n_heads": "attention heads; must divide d-model",
+    "n_blocks": "transformer blocks",
+    "ffn_mult": "feed-forward width = mult * d-model",
+    "dropout": "dropout rate",
+    "norm": "LayerNorm placement",
+    "positions": "positional encoding",
+    "scale_embeddings": "do not multiply token embeddings by sqrt(d_model) (chapter 3)",
+    "activation": "feed-forward activation",
+    "bias": "no biases in Linear/LayerNorm layers",
+    "tie_embeddings": "share the input and output embedding",
+    "final_norm": "no LayerNorm after the last block",
+    "layer_norm_eps": "LayerNorm epsilon",
 }
+TRAIN_HELP = {  # one line per TrainConfig field
+    "batch_size": "windows per step, per process",
+    "max_iters": "optimizer steps",
+    "learning_rate": "peak learning rate",
+    "warmup_iters": "linear warm-up steps",
+    "lr_schedule": "cosine decays to --min-lr at --max-iters",
+    "min_lr": "end of the cosine",
+    "weight_decay": "AdamW decay of weight matrices and embeddings",
+    "beta1": "AdamW beta1",
+    "beta2": "AdamW beta2",
+    "grad_clip": "max gradient norm; 0 disables",
+    "eval_interval": "estimate the losses every this many steps",
+    "eval_iters": "batches per loss estimate",
+    "seed": "seeds weights, batches, dropout",
+    "device": "auto (cuda > mps > cpu), cpu, cuda[:N], mps",
+    "autocast_bf16": "no bf16 autocast on CUDA",
+    "checkpoint_interval": "also save every this many steps (0: only at the end)",
+}
+RENAMES = {"learning_rate": "--lr", "autocast_bf16": "--no-bf16"}
 EXAMPLES = """examples:
   python -m gptlib.train sales-textbook --out runs/book --max-iters 2000
   python -m gptlib.train notes.txt --out runs/notes --d-model 128 --context-length 64 \\
@@ -665,7 +568,7 @@ several machines (run on each, with its own --node_rank):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    t, m = TrainConfig(), GPTConfig()
+    """The options of ``python -m gptlib.train``: run and data options, then one per field."""
     p = OneLineParser(
         prog="python -m gptlib.train",
         description=(
@@ -674,231 +577,140 @@ def build_parser() -> argparse.ArgumentParser:
             "processes or machines; only rank 0 writes files and logs."
         ),
         epilog=EXAMPLES,
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument(
-        "corpus", nargs="?", default="sales-textbook",
-        help=f"a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
-    )  # fmt: skip
+    corpora = ", ".join(CORPORA)
+    p.add_argument("corpus", nargs="?", default="sales-textbook", help=f"{corpora} or a text file")
     p.add_argument("--out", default="out", help="output folder for checkpoint.pt / history.json")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.add_argument(
-        "--param-digest", metavar="PATH",
-        help="write a JSON file PATH.rank<R> with a sha256 of each rank's final parameters",
-    )  # fmt: skip
-
+    p.add_argument("--param-digest", metavar="PATH", help="write each rank's weights' sha256")
     d = p.add_argument_group("data")
     d.add_argument("--encoding", default="cl100k_base", help="tiktoken encoding")
-    d.add_argument(
-        "--full-vocab", action="store_true",
-        help="model every id of the encoding instead of only the tokens the corpus uses",
-    )  # fmt: skip
-    d.add_argument("--val-fraction", type=unit_float, default=0.1, help="share held out")
-
+    d.add_argument("--full-vocab", action="store_true", help="model every id of the encoding")
+    d.add_argument("--val-fraction", type=float_arg, default=0.1, help="share held out")
     g = p.add_argument_group("model (ignored with --resume: the checkpoint's model is used)")
-    g.add_argument("--context-length", type=positive_int, default=m.context_length, help=H["T"])
-    g.add_argument("--d-model", type=positive_int, default=m.d_model, help="width of token vectors")
-    g.add_argument("--n-heads", type=positive_int, default=m.n_heads, help="must divide d-model")
-    g.add_argument("--n-blocks", type=positive_int, default=m.n_blocks, help="transformer blocks")
-    g.add_argument("--ffn-mult", type=positive_int, default=m.ffn_mult, help="hidden = mult*d")
-    g.add_argument("--dropout", type=unit_float, default=m.dropout, help="dropout rate")
-    g.add_argument("--norm", choices=("pre", "post"), default=m.norm, help="LayerNorm placement")
-    g.add_argument("--positions", choices=("sinusoidal", "learned"), default=m.positions, help=" ")
-    g.add_argument(
-        "--activation", choices=("relu", "gelu", "gelu_tanh"), default=m.activation, help=" "
-    )
-    g.add_argument("--no-bias", action="store_true", help="no biases in Linear/LayerNorm")
-    g.add_argument("--tie-embeddings", action="store_true", help="share input/output embedding")
+    add_config_options(g, GPTConfig, MODEL_HELP)
     g.add_argument(
         "--attention", choices=("auto", "fused", "explicit"), default="auto",
-        help="attention path: auto = explicit on CPU (measured faster there for these small "
-        "models, see python -m gptlib.bench), fused (F.scaled_dot_product_attention) elsewhere",
+        help="auto = explicit on CPU (faster there for small models), fused elsewhere",
     )  # fmt: skip
-
-    o = p.add_argument_group("training")
-    o.add_argument("--batch-size", type=positive_int, default=t.batch_size, help="per process")
-    o.add_argument("--max-iters", type=positive_int, default=t.max_iters, help="optimizer steps")
-    o.add_argument("--lr", type=positive_float, default=t.learning_rate, help="learning rate")
-    o.add_argument("--warmup-iters", type=nonneg_int, default=t.warmup_iters, help="linear warm-up")
-    o.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=t.lr_schedule, help=H["sched"])
-    o.add_argument("--min-lr", type=nonneg_float, default=t.min_lr, help="end of the cosine")
-    o.add_argument("--weight-decay", type=nonneg_float, default=t.weight_decay, help=H["wd"])
-    o.add_argument("--beta1", type=unit_float, default=t.beta1, help="AdamW beta1")
-    o.add_argument("--beta2", type=unit_float, default=t.beta2, help="AdamW beta2")
-    o.add_argument("--grad-clip", type=nonneg_float, default=t.grad_clip, help="0 disables")
-    o.add_argument("--eval-interval", type=positive_int, default=t.eval_interval, help=H["ei"])
-    o.add_argument("--eval-iters", type=positive_int, default=t.eval_iters, help=H["eit"])
-    o.add_argument(
-        "--checkpoint-interval", type=nonneg_int, default=t.checkpoint_interval, help=H["ci"]
-    )
-    o.add_argument("--seed", type=_int, default=t.seed, help="seeds weights, batches, dropout")
-    o.add_argument("--device", default=t.device, help="auto (cuda > mps > cpu), cpu, cuda[:N], mps")
-    o.add_argument("--no-bf16", action="store_true", help="no bf16 autocast on CUDA")
+    add_config_options(p.add_argument_group("training"), TrainConfig, TRAIN_HELP, RENAMES)
     return p
 
 
-def _train_config(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(
-        batch_size=args.batch_size,
-        max_iters=args.max_iters,
-        learning_rate=args.lr,
-        warmup_iters=args.warmup_iters,
-        lr_schedule=args.lr_schedule,
-        min_lr=args.min_lr,
-        weight_decay=args.weight_decay,
-        beta1=args.beta1,
-        beta2=args.beta2,
-        grad_clip=args.grad_clip,
-        eval_interval=args.eval_interval,
-        eval_iters=args.eval_iters,
-        seed=args.seed,
-        device=args.device,
-        autocast_bf16=not args.no_bf16,
-        checkpoint_interval=args.checkpoint_interval,
-    )
-
-
-def _model_config(args: argparse.Namespace, vocab_size: int, device_type: str = "cpu") -> GPTConfig:
-    return GPTConfig(
-        vocab_size=vocab_size,
-        context_length=args.context_length,
-        d_model=args.d_model,
-        n_heads=args.n_heads,
-        n_blocks=args.n_blocks,
-        ffn_mult=args.ffn_mult,
-        dropout=args.dropout,
-        norm=args.norm,
-        positions=args.positions,
-        activation=args.activation,
-        bias=not args.no_bias,
-        tie_embeddings=args.tie_embeddings,
-        fused_attention=args.attention == "fused"
-        or (args.attention == "auto" and device_type != "cpu"),
-    )
-
-
-def _say(show: bool, message: str) -> None:
-    if show:
-        print(message, file=sys.stderr)
-
-
-def _run(args: argparse.Namespace, config: TrainConfig, info: distributed.DistInfo) -> int:
-    show = info.is_main and not args.quiet
-    out = Path(args.out)
-    ckpt = out / DEFAULT_NAME
-    saved = read_checkpoint(ckpt) if args.resume and ckpt.exists() else None
-
-    text = load_corpus(args.corpus)
-    encoding_name = args.encoding
+def _prepare_data(
+    args: argparse.Namespace, model_config: GPTConfig, saved: dict | None, ckpt: Path
+) -> tuple[GPTConfig, Vocabulary | None, str, torch.Tensor]:
+    """The model's config, vocabulary, encoding name and the corpus as model ids; a checkpoint
+    to resume from decides the first three."""
+    encoding = args.encoding
     if saved is not None:
-        encoding_name = (saved.get("extra") or {}).get("encoding") or encoding_name
-    tokenizer = Tokenizer(encoding_name)
-    raw_ids = tokenizer.encoding.encode_ordinary(text)
+        encoding = (saved.get("extra") or {}).get("encoding") or encoding
+    tiktoken_encoding = Tokenizer(encoding).encoding
+    raw_ids = tiktoken_encoding.encode_ordinary(load_corpus(args.corpus))
     if not raw_ids:
         raise UsageError(f"the corpus {args.corpus!r} is empty")
-
-    if saved is not None:  # the checkpoint decides the model and the vocabulary
+    if saved is not None:
         model_config = config_from_dict(saved["model_config"], ckpt)
-        vocab = Vocabulary(tuple(int(i) for i in saved["vocab"])) if saved["vocab"] else None
-        _say(show, f"resuming from {ckpt} (step {saved['step']}); model options are ignored")
+        vocab = vocab_from_checkpoint(saved, ckpt)
     else:
         vocab = None if args.full_vocab else Vocabulary.from_ids(raw_ids)
-        vocab_size = tokenizer.encoding.n_vocab if vocab is None else len(vocab)
-        device_type = resolve_device(config.device, info.local_rank).type
-        model_config = _model_config(args, vocab_size, device_type)
+        size = tiktoken_encoding.n_vocab if vocab is None else len(vocab)
+        model_config = GPTConfig(**{**model_config.to_dict(), "vocab_size": size})
     ids = torch.tensor(vocab.encode(raw_ids) if vocab is not None else raw_ids, dtype=torch.long)
-    train_ids, val_ids = train_val_split(ids, args.val_fraction)
-    need = model_config.context_length + 1
+    return model_config, vocab, encoding, ids
+
+
+def _split(ids: torch.Tensor, val_fraction: float, context_length: int):
+    train_ids, val_ids = train_val_split(ids, val_fraction)
+    need = context_length + 1
     if len(train_ids) < need or len(val_ids) < need:
         raise UsageError(
             f"the corpus is too short: {len(train_ids)} training and {len(val_ids)} validation "
             f"tokens, but each split needs at least --context-length + 1 = {need}; use a longer "
             "text, a smaller --context-length or another --val-fraction"
         )
+    return train_ids, val_ids
 
+
+def _run(
+    args: argparse.Namespace, config: TrainConfig, model_config: GPTConfig, device: torch.device
+) -> int:
+    info = distributed.current()
+    show = info.is_main and not args.quiet
+    out = Path(args.out)
+    ckpt = out / DEFAULT_NAME
+    saved = read_checkpoint(ckpt) if args.resume and ckpt.exists() else None  # read once
+    model_config, vocab, encoding, ids = _prepare_data(args, model_config, saved, ckpt)
+    train_ids, val_ids = _split(ids, args.val_fraction, model_config.context_length)
+    if saved is not None:
+        _say(show, f"resuming from {ckpt} (step {saved['step']}); model options are ignored")
     torch.manual_seed(config.seed)  # the initial weights (DDP then copies rank 0's to all ranks)
     model = GPT(model_config)
-    kind = f"compact vocabulary of {len(vocab):,}" if vocab else f"full {encoding_name}"
+    kind = f"compact vocabulary of {len(vocab):,}" if vocab else f"full {encoding}"
     _say(
         show,
-        f"model: {model.num_parameters():,} parameters ({kind} tokens); data: "
-        f"{len(train_ids):,} training / {len(val_ids):,} validation tokens; device "
-        f"{resolve_device(config.device, info.local_rank)}; processes: {info.world_size}",
+        f"model: {model.num_parameters():,} parameters ({kind} tokens); data: {len(train_ids):,}"
+        f" training / {len(val_ids):,} validation tokens; device {device}; processes: "
+        f"{info.world_size}",
     )
+    resume = saved if saved is not None else args.resume  # the checkpoint is read only once
     history = train(
-        model, train_ids, val_ids, config, checkpoint_path=ckpt, resume=args.resume,
-        vocab=vocab, quiet=args.quiet, encoding=encoding_name,
+        model, train_ids, val_ids, config, checkpoint_path=ckpt, resume=resume, vocab=vocab,
+        quiet=args.quiet, encoding=encoding,
     )  # fmt: skip
     if info.is_main:
-        text = json.dumps(history, indent=1).encode()
-        atomic_write(out / "history.json", lambda f: f.write(text))
+        atomic_write_bytes(out / "history.json", json.dumps(history, indent=1).encode())
     if args.param_digest:
-        record = {
-            "rank": info.rank,
-            "world_size": info.world_size,
-            "batch_seed": batch_seed(config.seed, info.rank),
-            "params": distributed.parameter_digest(model),
-        }
+        record = {"rank": info.rank, "world_size": info.world_size}
+        record |= {"batch_seed": batch_seed(config.seed, info.rank)}
+        record |= {"params": distributed.parameter_digest(model)}
         Path(f"{args.param_digest}.rank{info.rank}").write_text(json.dumps(record))
     if history["step"]:
+        last = {k: v[-1] for k, v in history.items()}
         _say(
             show,
-            f"step {int(history['step'][-1])}: train loss {history['train_loss'][-1]:.4f}, "
-            f"val loss {history['val_loss'][-1]:.4f}; saved {ckpt} and {out / 'history.json'}",
+            f"step {int(last['step'])}: train loss {last['train_loss']:.4f}, val loss "
+            f"{last['val_loss']:.4f}; saved {ckpt} and {out / 'history.json'}",
         )
     return 0
-
-
-def _error(message: str) -> None:
-    if distributed.is_main_process():
-        print(f"error: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gptlib.train``: returns the exit status (0 ok, 1 failure, 2 bad arguments)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        config = _train_config(args)
-        _model_config(args, vocab_size=1)  # checks the model options before any work
-    except ValueError as err:
-        message = str(err).replace("invalid GPTConfig: ", "").replace("invalid TrainConfig: ", "")
-        parser.error(message)
+    config = config_from_args(parser, TrainConfig, args)
     if args.corpus not in CORPORA and not Path(args.corpus).is_file():
         parser.error(
             f"corpus {args.corpus!r} is neither a known corpus ({', '.join(CORPORA)}) nor an "
             "existing text file"
         )
+    if not 0.0 < args.val_fraction < 1.0:
+        parser.error(f"argument --val-fraction: must be between 0 and 1, got {args.val_fraction}")
     try:
         device = resolve_device(config.device)
     except ValueError as err:
         parser.error(f"argument --device: {err}")
+    fused = args.attention == "fused" or (args.attention == "auto" and device.type != "cpu")
+    model_config = config_from_args(parser, GPTConfig, args, vocab_size=1, fused_attention=fused)
+    errors = (CheckpointError, FloatingPointError, TokenizerUnavailableError, OSError, ValueError)
+    errors += (CorpusUnavailableError, ChecksumError, UnknownTokenError)
     try:
         info = distributed.init_from_env(device.type)
-        return _run(args, config, info)
+        return _run(args, config, model_config, resolve_device(config.device, info.local_rank))
     except UsageError as err:
         return usage_error(parser.prog, str(err))
-    except (
-        CheckpointError,
-        FloatingPointError,
-        TokenizerUnavailableError,
-        CorpusUnavailableError,
-        ChecksumError,
-        UnknownTokenError,
-        OSError,
-        ValueError,
-    ) as err:
-        _error(str(err))
+    except errors as err:
+        _say(distributed.is_main_process(), f"error: {err}")
         return 1
     except KeyboardInterrupt:
-        _error("interrupted")
+        _say(distributed.is_main_process(), "error: interrupted")
         return 130
     finally:
         distributed.shutdown()
 
 
 if __name__ == "__main__":
-    from gptlib.train import main as _main  # the package's module, not a second __main__ copy
-
-    sys.exit(_main())
+    sys.exit(main())

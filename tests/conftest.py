@@ -1,4 +1,5 @@
-"""Shared fixtures: the real dataset and the cl100k encoding (each loaded once per session).
+"""Shared fixtures: the real dataset and the cl100k encoding (each loaded once per session),
+and the tiny models every test file builds (:func:`tiny_config`, :func:`tiny_model`).
 
 ``single_thread`` runs a module's tests on one torch thread: the models here are tiny, and on a
 busy two-core machine a second intra-op thread only waits (it made training tests ~10x slower).
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from gptlib.data import CorpusUnavailableError, load_corpus
+from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import TokenizerUnavailableError, get_encoding
 
 
@@ -42,3 +44,41 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ---- tiny models, shared by the test files (import them: ``from conftest import tiny_model``) ----
+
+TINY = {
+    "vocab_size": 50,
+    "context_length": 12,
+    "d_model": 16,
+    "n_heads": 4,
+    "n_blocks": 2,
+    "dropout": 0.0,
+}
+
+
+def tiny_config(**overrides) -> GPTConfig:
+    """A model config small enough for unit tests (V 50, T 12, C 16, H 4, 2 blocks, no dropout);
+    any field can be overridden."""
+    return GPTConfig(**{**TINY, **overrides})
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> GPT:
+    """A seeded :func:`tiny_config` model in eval mode."""
+    torch.manual_seed(seed)
+    return GPT(tiny_config(**overrides)).to(dtype).eval()
+
+
+def random_ids(seed: int, B: int, T: int, V: int = TINY["vocab_size"]) -> torch.Tensor:
+    """(B, T) token ids drawn from their own seeded generator."""
+    return torch.randint(V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def peaked_model(seed: int = 0, **overrides) -> GPT:
+    """A tiny model (context 8, d_model 32) with 40x larger output weights: peaked, varied
+    next-token distributions, so greedy choices have clear margins (for generation tests)."""
+    model = tiny_model(seed, context_length=8, d_model=32, **overrides)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    return model

@@ -1,12 +1,13 @@
-"""Checkpoints: round trip, atomic writes, refusal of unsafe/truncated/mismatched files, resume."""
+"""Checkpoints: round trip, atomic writes, refusal of unsafe/truncated/mismatched files (resuming
+a run is tested with training, in test_train.py)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 import torch
+from conftest import tiny_config, tiny_model
 
 from gptlib import checkpoint as ckpt_module
 from gptlib.checkpoint import (
@@ -16,20 +17,22 @@ from gptlib.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from gptlib.model import GPT, GPTConfig
+from gptlib.data import atomic_write
+from gptlib.model import GPT
 from gptlib.tokenizer import Vocabulary
-from gptlib.train import TrainConfig, make_optimizer, train
+from gptlib.train import TrainConfig, make_optimizer
 
 # tiny models: one torch thread (see tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-CONFIG = GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_blocks=1)
+SIZES = {"vocab_size": 30, "context_length": 8, "n_heads": 2, "n_blocks": 1, "dropout": 0.1}
+CONFIG = tiny_config(**SIZES)
 
 
-def small_model(seed: int = 0, config: GPTConfig = CONFIG) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(config)
+def small_model(seed: int = 0, **overrides) -> GPT:
+    """conftest's tiny model with this file's sizes."""
+    return tiny_model(seed, **{**SIZES, **overrides})
 
 
 def data(n: int = 800) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,8 +84,7 @@ def test_round_trip_restores_everything(tmp_path):
 
 
 def test_round_trip_with_tied_embeddings_and_no_extras(tmp_path):
-    config = replace(CONFIG, tie_embeddings=True, positions="learned")
-    model = small_model(config=config)
+    model = small_model(tie_embeddings=True, positions="learned")
     save_checkpoint(tmp_path / "t.pt", model)
     loaded = load_checkpoint(tmp_path / "t.pt")
     assert loaded.model.lm_head.weight is loaded.model.token_embedding.weight
@@ -132,6 +134,15 @@ def test_failed_rename_keeps_previous_checkpoint(tmp_path, monkeypatch):
         save_checkpoint(path, small_model(seed=5), step=2)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_checkpoints_use_the_one_atomic_write(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ckpt_module, "atomic_write", lambda path, write: calls.append(path))
+    save_checkpoint(tmp_path / "c.pt", small_model())
+    assert calls == [tmp_path / "c.pt"] and ckpt_module.atomic_write is not atomic_write
+    monkeypatch.undo()
+    assert ckpt_module.atomic_write is atomic_write  # gptlib.data's, shared with downloads
 
 
 def test_checkpoint_files_follow_the_umask(tmp_path):
@@ -220,79 +231,14 @@ def test_invalid_or_unknown_config_fields_are_refused(tmp_path):
         load_checkpoint(path)
 
 
-# ---- resume ----------------------------------------------------------------------------------
-
-
-def run_config(**overrides) -> TrainConfig:
-    base = TrainConfig(
-        batch_size=4, max_iters=12, learning_rate=3e-3, eval_interval=4, eval_iters=2,
-        device="cpu",
-    )  # fmt: skip
-    return replace(base, **overrides)
-
-
-def assert_same_weights(a: GPT, b: GPT) -> None:
-    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
-        assert torch.equal(x, y), name
-
-
-def test_resume_gives_the_same_losses_as_one_run(tmp_path):
-    tr, va = data()
-    whole = small_model()
-    h_whole = train(whole, tr, va, run_config(), quiet=True)
-
+def test_a_checkpoint_from_before_scale_embeddings_loads_unscaled(tmp_path):
+    # files written before the field existed were trained without the sqrt(d_model) factor
     path = tmp_path / "checkpoint.pt"
-    h_first = train(
-        small_model(), tr, va, run_config(max_iters=8), checkpoint_path=path, quiet=True
-    )
-    assert load_checkpoint(path).step == 8
-    resumed = small_model(seed=99)  # different weights on purpose: resume must replace them
-    h_resumed = train(resumed, tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True)
-
-    assert h_first["step"] == [4.0, 8.0]
-    assert h_resumed["step"] == h_whole["step"] == [4.0, 8.0, 12.0]
-    assert h_resumed["train_loss"] == h_whole["train_loss"]
-    assert h_resumed["val_loss"] == h_whole["val_loss"]
-    assert_same_weights(resumed, whole)
-    assert load_checkpoint(path).step == 12
+    save_example(path)
+    raw = torch.load(path, weights_only=True)
+    del raw["model_config"]["scale_embeddings"]
+    torch.save(raw, path)
+    assert load_checkpoint(path).model_config.scale_embeddings is False
 
 
-def test_resume_with_cosine_schedule_and_stop_at(tmp_path):
-    tr, va = data()
-    config = run_config(warmup_iters=3, lr_schedule="cosine", min_lr=1e-4, max_iters=12)
-    whole = small_model()
-    h_whole = train(whole, tr, va, config, quiet=True)
-    path = tmp_path / "c.pt"
-    train(small_model(), tr, va, config, checkpoint_path=path, stop_at=6, quiet=True)
-    resumed = small_model()
-    h = train(resumed, tr, va, config, checkpoint_path=path, resume=True, quiet=True)
-    assert h["step"] == [4.0, 6.0, 8.0, 12.0]  # the pause at step 6 was evaluated too
-    keep = [i for i, s in enumerate(h["step"]) if s != 6.0]
-    assert [h["val_loss"][i] for i in keep] == h_whole["val_loss"]
-    assert [h["lr"][i] for i in keep] == h_whole["lr"]
-    assert_same_weights(resumed, whole)
-
-
-def test_resume_into_a_different_model_is_refused(tmp_path):
-    tr, va = data()
-    path = tmp_path / "c.pt"
-    vocab = Vocabulary(tuple(range(30)))
-    train(
-        small_model(),
-        tr,
-        va,
-        run_config(max_iters=4),
-        checkpoint_path=path,
-        vocab=vocab,
-        quiet=True,
-    )
-    other = small_model(config=replace(CONFIG, d_model=32, n_heads=4))
-    with pytest.raises(
-        CheckpointError, match="different model .*d_model: checkpoint 16 vs model 32"
-    ):
-        train(other, tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True)
-    with pytest.raises(CheckpointError, match="vocabulary differs"):
-        train(
-            small_model(), tr, va, run_config(), checkpoint_path=path, resume=True, quiet=True,
-            vocab=Vocabulary(tuple(range(1, 31))),
-        )  # fmt: skip
+# ---- resume ----------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 from gptlib import generate as generate_cli
 from gptlib import train as train_cli
 from gptlib.checkpoint import load_checkpoint
+from gptlib.config import resolve_device
 from gptlib.tokenizer import TokenizerUnavailableError, get_encoding
-from gptlib.train import resolve_device
 
 try:
     get_encoding("cl100k_base")
@@ -116,34 +116,36 @@ def test_generate_options_in_process(trained, capsys):
 def test_help_texts(capsys):
     code, out, _ = run(train_cli.main, ["--help"], capsys)
     assert code == 0 and "--max-iters" in out and "torchrun" in out and "--full-vocab" in out
+    # one option per configuration field, named after it (a few keep their historic names)
+    for flag in ("--d-model", "--ffn-mult", "--no-bias", "--no-final-norm", "--layer-norm-eps"):
+        assert flag in out
+    for flag in ("--lr", "--no-bf16", "--grad-clip", "--checkpoint-interval", "--attention"):
+        assert flag in out
     code, out, _ = run(generate_cli.main, ["--help"], capsys)
     assert code == 0 and "--temperature" in out and "--top-k" in out and "checkpoint" in out
 
 
-def test_resume_from_the_command_line(corpus, tmp_path, capsys):
+def test_resume_from_the_command_line(corpus, tmp_path, capsys, monkeypatch):
     common = [str(corpus), *TINY_MODEL, "--eval-iters", "2", "--seed", "3", "--eval-interval", "3"]
     split, whole = tmp_path / "split", tmp_path / "whole"
-    assert (
-        run(train_cli.main, [*common, "--out", str(whole), "--max-iters", "6", "--quiet"], capsys)[
-            0
-        ]
-        == 0
+    for out, steps in ((whole, "6"), (split, "3")):
+        argv = [*common, "--out", str(out), "--max-iters", steps, "--quiet"]
+        assert run(train_cli.main, argv, capsys)[0] == 0
+    reads = []
+    real_read = train_cli.read_checkpoint
+    monkeypatch.setattr(
+        train_cli, "read_checkpoint", lambda *a, **k: reads.append(a) or real_read(*a, **k)
     )
-    assert (
-        run(train_cli.main, [*common, "--out", str(split), "--max-iters", "3", "--quiet"], capsys)[
-            0
-        ]
-        == 0
-    )
-    code, _, err = run(
-        train_cli.main, [*common, "--out", str(split), "--max-iters", "6", "--resume"], capsys
-    )
+    argv = [*common, "--out", str(split), "--max-iters", "6", "--resume"]
+    code, _, err = run(train_cli.main, argv, capsys)
     assert code == 0 and "resuming from" in err and "step 3" in err
+    assert len(reads) == 1  # the command reads the checkpoint once
     assert load_checkpoint(split).step == 6
     h_split = json.loads((split / "history.json").read_text())
     h_whole = json.loads((whole / "history.json").read_text())
     assert h_split["step"] == h_whole["step"] == [3, 6]
-    assert h_split["val_loss"] == h_whole["val_loss"]  # resuming = never having stopped
+    # the same operations on the same machine: resuming = never having stopped, to the bit
+    assert h_split["val_loss"] == h_whole["val_loss"]
 
 
 def test_full_vocab_and_attention_options(corpus, tmp_path, capsys):
@@ -161,13 +163,17 @@ def test_full_vocab_and_attention_options(corpus, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "fragments"),
     [
-        (["--batch-size", "-3"], ["argument --batch-size: must be a positive integer, got -3"]),
-        (["--max-iters", "many"], ["argument --max-iters: must be an integer, got 'many'"]),
+        # the configurations' own checks (__post_init__), reported as one usage line
+        (["--batch-size", "-3"], ["batch_size must be a positive integer", "got -3"]),
         (["--d-model", "17"], ["d_model (17) must be divisible by n_heads (2)"]),
-        (["--dropout", "1.5"], ["argument --dropout: must be in [0, 1), got 1.5"]),
-        (["--lr", "0"], ["argument --lr: must be a number > 0"]),
+        (["--dropout", "1.5"], ["dropout must be in [0, 1)", "1.5"]),
+        (["--lr", "0"], ["learning_rate must be a positive number"]),
+        (["--min-lr", "-1"], ["min_lr must be >= 0"]),
+        # argparse's own: a value that does not parse, an unknown choice or flag
+        (["--max-iters", "many"], ["argument --max-iters: must be an integer, got 'many'"]),
         (["--lr-schedule", "step"], ["argument --lr-schedule: invalid choice: 'step'"]),
         (["--device", "gpu7"], ["argument --device: unknown device 'gpu7'"]),
+        (["--val-fraction", "1"], ["argument --val-fraction: must be between 0 and 1"]),
         (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
     ],
 )
@@ -193,9 +199,10 @@ def test_train_rejects_missing_and_too_short_corpora(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "code", "fragments"),
     [
-        (["-t", "-1"], 2, ["argument --temperature/-t: must be a number >= 0, got -1"]),
-        (["-k", "0"], 2, ["argument --top-k/-k: must be a positive integer, got 0"]),
-        (["-n", "-5"], 2, ["argument --max-new-tokens/--length/-n: must be an integer >= 0"]),
+        (["-t", "-1"], 2, ["temperature must be >= 0"]),  # generate()'s own checks
+        (["-k", "0"], 2, ["top_k must be a positive integer"]),
+        (["-n", "-5"], 2, ["max_new_tokens must be an integer >= 0"]),
+        (["-n", "five"], 2, ["argument --max-new-tokens/--length/-n: must be an integer"]),
         (["-p", ""], 2, ["the prompt is empty"]),
         (["-p", "Quantum chromodynamics"], 2, ["the model cannot read this prompt", "not in this"]),
         (["--device", "tpu"], 2, ["argument --device: unknown device 'tpu'"]),

@@ -179,6 +179,22 @@ def test_atomic_write_bytes(tmp_path, monkeypatch):
     assert os.listdir(target.parent) == ["file.bin"]  # and the temporary file is gone
 
 
+def test_atomic_write_syncs_the_file_and_then_its_folder(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def record(fd):
+        synced.append(os.path.isdir(f"/proc/self/fd/{fd}") if os.path.exists("/proc") else fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(gd.os, "fsync", record)
+    gd.atomic_write(tmp_path / "f.bin", lambda f: f.write(b"data"))
+    assert (tmp_path / "f.bin").read_bytes() == b"data"
+    assert len(synced) == 2  # the file's bytes, then the folder that records the rename
+    if os.path.exists("/proc"):
+        assert synced == [False, True]
+
+
 # ---- downloads from a loopback server ---------------------------------------------------------
 
 PAYLOAD = "A tiny corpus served over loopback.\nSecond line: ünïcode.\n".encode()

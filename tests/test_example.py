@@ -17,6 +17,7 @@ from gptlib.example import (
     book_config,
     running_example,
 )
+from gptlib.model import GPTConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -66,6 +67,7 @@ def test_config_is_the_books(ex):
     assert (D_MODEL, N_HEADS, N_BLOCKS) == (64, 4, 8)
     assert c.ffn_mult == 4 and c.dropout == 0.1 and c.fused_attention is False
     assert book_config(vocab_size=100_070) == c
+    assert book_config() == GPTConfig()  # GPTConfig's defaults are the book's model
     assert book_config(vocab_size=10, norm="post").norm == "post"
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gptlib.generate import generate
+from gptlib.generate import KVCache, generate
 from gptlib.hf import (
     GPT2_REPO_ID,
     PretrainedUnavailableError,
@@ -28,7 +28,7 @@ from gptlib.hf import (
     state_dict_to_hf,
     to_hf,
 )
-from gptlib.model import GPT, GPTConfig, KVCache
+from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import TokenizerUnavailableError
 
 transformers = pytest.importorskip(
@@ -373,8 +373,9 @@ def test_from_pretrained_reads_a_save_pretrained_folder(tmp_path):
     hf.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").is_file() and (tmp_path / "model.safetensors").is_file()
     model = from_pretrained(tmp_path)
-    also = GPT.from_pretrained(str(tmp_path), fused_attention=False)  # the class method route
+    also = from_pretrained(str(tmp_path), fused_attention=False)  # a str path, the explicit path
     assert not model.training and also.config.fused_attention is False
+    assert model.config.fused_attention is True  # gpt2_config's default: the fused kernel
     expected = from_hf(hf).state_dict()
     for key, value in expected.items():
         assert torch.equal(model.state_dict()[key], value), key

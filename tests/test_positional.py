@@ -68,7 +68,7 @@ def test_model_adds_the_table_to_the_token_embeddings():
         model.positional_encoding, sinusoidal_positional_encoding(12, 8), rtol=0, atol=0
     )
     idx = torch.tensor([[3, 1, 4, 1, 5]])
-    tok = model.token_embedding.weight[idx[0]]
+    tok = model.token_embedding.weight[idx[0]] * math.sqrt(8)  # scale_embeddings: times sqrt(C)
     with torch.no_grad():
         torch.testing.assert_close(model.embed(idx)[0], tok + model.positional_encoding[:5])
         # start shifts the positions (used with a KV cache)
@@ -90,5 +90,6 @@ def test_learned_positions_are_an_embedding_table():
     assert not hasattr(model, "positional_encoding")
     idx = torch.tensor([[2, 7, 7]])
     with torch.no_grad():
-        expected = model.token_embedding.weight[idx[0]] + model.position_embedding.weight[3:6]
+        tok = model.token_embedding.weight[idx[0]] * math.sqrt(8)  # scale_embeddings
+        expected = tok + model.position_embedding.weight[3:6]
         torch.testing.assert_close(model.embed(idx, start=3)[0], expected)

@@ -1,4 +1,5 @@
-"""The training loop: configuration checks, schedule, history, reproducibility, non-finite loss."""
+"""Training: configuration checks, schedule, one step, the loop, history, callbacks,
+reproducibility, resuming, the non-finite loss stop, and the loss function."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from gptlib.checkpoint import load_checkpoint
-from gptlib.model import GPT, GPTConfig
+from gptlib.checkpoint import CheckpointError, load_checkpoint
+from gptlib.data import get_batch
+from gptlib.loss import cross_entropy
+from gptlib.model import GPT
+from gptlib.tokenizer import Vocabulary
 from gptlib.train import (
     HISTORY_KEYS,
     TrainConfig,
@@ -19,6 +24,7 @@ from gptlib.train import (
     make_optimizer,
     resolve_device,
     train,
+    train_step,
 )
 
 # tiny models: one torch thread (see tests/conftest.py)
@@ -28,16 +34,12 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 VOCAB = 40
 
 
-def tiny_config(**overrides) -> GPTConfig:
-    base = GPTConfig(
-        vocab_size=VOCAB, context_length=8, d_model=16, n_heads=2, n_blocks=2, dropout=0.1
-    )
-    return replace(base, **overrides)
+SIZES = {"vocab_size": VOCAB, "context_length": 8, "n_heads": 2, "dropout": 0.1}
 
 
-def tiny_model(seed: int = 0, **overrides) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(tiny_config(**overrides))
+def model_to_train(seed: int = 0, **overrides) -> GPT:
+    """conftest's tiny model with this file's sizes (vocabulary 40, context 8, dropout 0.1)."""
+    return tiny_model(seed, **{**SIZES, **overrides})
 
 
 def pattern_data(n: int = 1200, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,7 +123,7 @@ def test_resolve_device():
 
 
 def test_optimizer_decays_matrices_only():
-    model = tiny_model()
+    model = model_to_train()
     opt = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -141,7 +143,7 @@ def test_batch_seed_differs_by_rank():
 
 def test_train_returns_history_and_learns():
     tr, va = pattern_data()
-    model = tiny_model().eval()
+    model = model_to_train().eval()
     before = estimate_loss(model, va, quick_config())
     config = quick_config(max_iters=40, eval_interval=10, learning_rate=2e-2)
     history = train(model, tr, va, config, quiet=True)
@@ -158,32 +160,34 @@ def test_train_returns_history_and_learns():
 
 def test_last_step_is_always_evaluated():
     tr, va = pattern_data()
-    history = train(tiny_model(), tr, va, quick_config(max_iters=10, eval_interval=4), quiet=True)
+    history = train(
+        model_to_train(), tr, va, quick_config(max_iters=10, eval_interval=4), quiet=True
+    )
     assert history["step"] == [4.0, 8.0, 10.0]
 
 
 def test_same_seed_same_losses_and_different_seed_differs():
     tr, va = pattern_data()
-    h1 = train(tiny_model(), tr, va, quick_config(), quiet=True)
-    h2 = train(tiny_model(), tr, va, quick_config(), quiet=True)
-    h3 = train(tiny_model(), tr, va, quick_config(seed=7), quiet=True)
+    h1 = train(model_to_train(), tr, va, quick_config(), quiet=True)
+    h2 = train(model_to_train(), tr, va, quick_config(), quiet=True)
+    h3 = train(model_to_train(), tr, va, quick_config(seed=7), quiet=True)
     assert h1["train_loss"] == h2["train_loss"] and h1["val_loss"] == h2["val_loss"]
     assert h1["train_loss"] != h3["train_loss"]
 
 
 def test_progress_bar_shows_losses_and_throughput(capsys):
     tr, va = pattern_data()
-    train(tiny_model(), tr, va, quick_config(max_iters=4), quiet=False)
+    train(model_to_train(), tr, va, quick_config(max_iters=4), quiet=False)
     err = capsys.readouterr().err
     assert "train" in err and "val" in err and "tok/s" in err and "4/4" in err
-    train(tiny_model(), tr, va, quick_config(max_iters=4), quiet=True)
+    train(model_to_train(), tr, va, quick_config(max_iters=4), quiet=True)
     assert capsys.readouterr().err == ""
 
 
 def test_bad_data_is_rejected_with_clear_errors():
     tr, va = pattern_data()
-    model = tiny_model()
-    with pytest.raises(ValueError, match="outside the model's vocabulary 0..39"):
+    model = model_to_train()
+    with pytest.raises(ValueError, match=r"train_data: token id 79 is outside the model's vocab"):
         train(model, tr + VOCAB, va, quick_config(), quiet=True)
     with pytest.raises(ValueError, match="val_data has 5 tokens, but one training window needs"):
         train(model, tr, va[:5], quick_config(), quiet=True)
@@ -195,7 +199,7 @@ def test_bad_data_is_rejected_with_clear_errors():
 
 def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(tmp_path):
     tr, va = pattern_data()
-    model = tiny_model()
+    model = model_to_train()
     calls = {"train": 0}
 
     def poison(module, args, output):
@@ -217,20 +221,19 @@ def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(tmp_path):
     saved = load_checkpoint(path)
     assert saved.step == 4
     assert all(torch.isfinite(p).all() for p in saved.model.parameters())
-    # the bad loss was caught before backward: the weights in memory are those of step 4
-    for (name, a), b in zip(
-        model.state_dict().items(), saved.model.state_dict().values(), strict=True
-    ):
-        assert torch.equal(a, b), name
+    # (train_step updates the weights before the loss is looked at: the model in memory took the
+    # bad step; the checkpoint is the last good state)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary files left
 
 
 def test_nothing_to_do_when_checkpoint_is_past_max_iters(tmp_path):
     tr, va = pattern_data()
     path = tmp_path / "c.pt"
-    first = train(tiny_model(), tr, va, quick_config(max_iters=8), checkpoint_path=path, quiet=True)
+    first = train(
+        model_to_train(), tr, va, quick_config(max_iters=8), checkpoint_path=path, quiet=True
+    )
     again = train(
-        tiny_model(), tr, va, quick_config(max_iters=8), checkpoint_path=path, resume=True,
+        model_to_train(), tr, va, quick_config(max_iters=8), checkpoint_path=path, resume=True,
         quiet=True,
     )  # fmt: skip
     assert again["step"] == first["step"] == [4.0, 8.0]
@@ -241,38 +244,14 @@ def test_nothing_to_do_when_checkpoint_is_past_max_iters(tmp_path):
 def test_bf16_autocast_trains_on_cuda():
     tr, va = pattern_data()
     config = quick_config(device="cuda", autocast_bf16=True, max_iters=20, eval_interval=10)
-    history = train(tiny_model(), tr, va, config, quiet=True)
+    history = train(model_to_train(), tr, va, config, quiet=True)
     assert all(math.isfinite(v) for v in history["val_loss"])
     assert history["val_loss"][-1] < history["val_loss"][0]
-
-
-def test_benchmark_baseline_is_the_same_model():
-    from gptlib.bench import LoopGPT, training_flops_per_token
-
-    model = tiny_model(dropout=0.0).eval()
-    baseline = LoopGPT(model.config).copy_from(model).eval()
-    assert sum(p.numel() for p in baseline.parameters()) == model.num_parameters()
-    x = torch.randint(VOCAB, (3, 8))
-    torch.testing.assert_close(baseline(x)[0], model(x)[0], rtol=1e-5, atol=1e-5)
-    c = model.config  # 3 x forward: 2 blocks x (8 d^2 + 4 d d_ff + 4 T d) + 2 d V
-    assert training_flops_per_token(c) == 3 * (
-        2 * (8 * 256 + 4 * 16 * 64 + 4 * 8 * 16) + 2 * 16 * 40
-    )
-
-
-def test_benchmark_splits_a_step_into_fixed_and_per_row_seconds():
-    from gptlib.bench import COMPACT_VOCAB, FULL_VOCAB, step_split
-
-    fixed, per_row = 0.0115, 3.8e-7  # seconds, seconds per vocabulary row
-    compact, full = (fixed + per_row * V for V in (COMPACT_VOCAB, FULL_VOCAB))
-    assert step_split(compact, full) == pytest.approx((fixed, per_row), rel=1e-9)
 
 
 @pytest.mark.parametrize("V", [7, 5000])  # one chunk of rows, and several
 def test_cross_entropy_matches_pytorch(V):
     import torch.nn.functional as F
-
-    from gptlib.train import cross_entropy
 
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 40, V, generator=g) * 3).requires_grad_()
@@ -288,3 +267,131 @@ def test_cross_entropy_matches_pytorch(V):
     bad = logits.detach().clone()
     bad[1, 2, 3] = float("nan")
     assert torch.isnan(cross_entropy(bad, targets))  # a non-finite logit is not hidden
+
+
+def assert_same_weights(a: GPT, b: GPT) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_resume_gives_the_same_losses_as_one_run(tmp_path):
+    tr, va = pattern_data()
+    whole = model_to_train()
+    h_whole = train(whole, tr, va, quick_config(), quiet=True)
+
+    path = tmp_path / "checkpoint.pt"
+    h_first = train(
+        model_to_train(), tr, va, quick_config(max_iters=8), checkpoint_path=path, quiet=True
+    )
+    assert load_checkpoint(path).step == 8
+    resumed = model_to_train(seed=99)  # different weights on purpose: resume must replace them
+    h_resumed = train(
+        resumed, tr, va, quick_config(), checkpoint_path=path, resume=True, quiet=True
+    )
+
+    assert h_first["step"] == [4.0, 8.0]
+    assert h_resumed["step"] == h_whole["step"] == [4.0, 8.0, 12.0]
+    assert h_resumed["train_loss"] == h_whole["train_loss"]
+    assert h_resumed["val_loss"] == h_whole["val_loss"]
+    assert_same_weights(resumed, whole)
+    assert load_checkpoint(path).step == 12
+
+
+def test_resume_with_cosine_schedule_and_stop_at(tmp_path):
+    tr, va = pattern_data()
+    config = quick_config(warmup_iters=3, lr_schedule="cosine", min_lr=1e-4, max_iters=12)
+    whole = model_to_train()
+    h_whole = train(whole, tr, va, config, quiet=True)
+    path = tmp_path / "c.pt"
+    train(model_to_train(), tr, va, config, checkpoint_path=path, stop_at=6, quiet=True)
+    resumed = model_to_train()
+    h = train(resumed, tr, va, config, checkpoint_path=path, resume=True, quiet=True)
+    assert h["step"] == [4.0, 6.0, 8.0, 12.0]  # the pause at step 6 was evaluated too
+    keep = [i for i, s in enumerate(h["step"]) if s != 6.0]
+    assert [h["val_loss"][i] for i in keep] == h_whole["val_loss"]
+    assert [h["lr"][i] for i in keep] == h_whole["lr"]
+    assert_same_weights(resumed, whole)
+
+
+def test_resume_into_a_different_model_is_refused(tmp_path):
+    tr, va = pattern_data()
+    path = tmp_path / "c.pt"
+    vocab = Vocabulary(tuple(range(VOCAB)))
+    train(
+        model_to_train(),
+        tr,
+        va,
+        quick_config(max_iters=4),
+        checkpoint_path=path,
+        vocab=vocab,
+        quiet=True,
+    )
+    other = model_to_train(d_model=32, n_heads=4)
+    with pytest.raises(
+        CheckpointError, match="different model .*d_model: checkpoint 16 vs model 32"
+    ):
+        train(other, tr, va, quick_config(), checkpoint_path=path, resume=True, quiet=True)
+    with pytest.raises(CheckpointError, match="vocabulary differs"):
+        train(
+            model_to_train(), tr, va, quick_config(), checkpoint_path=path, resume=True, quiet=True,
+            vocab=Vocabulary(tuple(range(1, VOCAB + 1))),
+        )  # fmt: skip
+
+
+# ---- one step, and the loop as repeated steps -------------------------------------------------
+
+
+def test_train_step_is_the_five_operations_by_hand():
+    tr, _ = pattern_data()
+    config = quick_config(learning_rate=1e-2)
+    x, y = get_batch(tr, 4, 8, generator=0)
+    ours, theirs = model_to_train(), model_to_train()
+    opt_ours, opt_theirs = make_optimizer(ours, config), make_optimizer(theirs, config)
+    for step in range(3):
+        torch.manual_seed(step)  # the same dropout draws for both
+        loss = train_step(ours, opt_ours, x, y, lr=5e-3, grad_clip=0.5)
+        torch.manual_seed(step)
+        for group in opt_theirs.param_groups:
+            group["lr"] = 5e-3
+        theirs.train()
+        _, expected = theirs(x, y)
+        opt_theirs.zero_grad(set_to_none=True)
+        expected.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.5)
+        opt_theirs.step()
+        assert loss == expected.item()
+    # the same operations on the same machine: exactly the same weights
+    assert_same_weights(ours, theirs)
+    assert [g["lr"] for g in opt_ours.param_groups] == [5e-3, 5e-3]
+    assert opt_ours.param_groups[0]["weight_decay"] == config.weight_decay
+    assert opt_ours.param_groups[1]["weight_decay"] == 0.0
+
+
+def test_train_is_a_loop_of_train_steps():
+    tr, va = pattern_data()
+    config = quick_config(max_iters=9, warmup_iters=3, lr_schedule="cosine", eval_interval=4)
+    trained = model_to_train()
+    history = train(trained, tr, va, config, quiet=True)
+    by_hand = model_to_train()
+    optimizer = make_optimizer(by_hand, config)
+    torch.manual_seed(config.seed)  # rank 0's dropout seed, then its batch generator
+    batches = torch.Generator().manual_seed(batch_seed(config.seed, 0))
+    for step in range(config.max_iters):
+        x, y = get_batch(tr, config.batch_size, 8, generator=batches)
+        lr = learning_rate_at(step, config)
+        train_step(by_hand, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
+    assert_same_weights(trained, by_hand)  # same operations, same machine: bit for bit
+    assert history["lr"][-1] == learning_rate_at(8, config)
+
+
+def test_callbacks_get_a_record_after_every_evaluation():
+    tr, va = pattern_data()
+    records = []
+    history = train(
+        model_to_train(), tr, va, quick_config(max_iters=10), quiet=True,
+        callbacks=[records.append, lambda record: None],
+    )  # fmt: skip
+    assert [r["step"] for r in records] == [4, 8, 10]
+    assert all(set(r) == set(HISTORY_KEYS) for r in records)
+    for key in HISTORY_KEYS:
+        assert [float(r[key]) for r in records] == history[key]

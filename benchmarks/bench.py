@@ -1,4 +1,7 @@
-"""How fast is it? ``python -m gptlib.bench`` measures training and generation on this machine.
+"""How fast is it? ``python benchmarks/bench.py`` measures training and generation on this machine.
+
+This script is not part of gptlib (nothing in the package imports it): it holds the per-head
+baseline model and the acceptance targets the library is measured against.
 
 It prints, for the book's model (batch 4, context 16, d_model 64, 4 heads, 8 blocks, dropout
 0.1, AdamW lr 1e-3) with the full cl100k output size (100,070 rows) and with the corpus's compact
@@ -149,6 +152,7 @@ class LoopGPT(nn.Module):
             raise ValueError("LoopGPT only builds the book's default architecture")
         self.config = c
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.embed_scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
         self.register_buffer("positional_encoding", pe, persistent=False)
         self.drop = nn.Dropout(c.dropout)
@@ -160,7 +164,8 @@ class LoopGPT(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         T = idx.shape[1]
-        x = self.drop(self.token_embedding(idx) + self.positional_encoding[:T])  # (B, T, C)
+        x = self.token_embedding(idx) * self.embed_scale  # (B, T, C)
+        x = self.drop(x + self.positional_encoding[:T])
         logits = self.lm_head(self.final_norm(self.blocks(x)))  # (B, T, V)
         loss = None
         if targets is not None:
@@ -340,36 +345,40 @@ FUSED = "gptlib train, fused attention"
 CLIPPED = "gptlib train, fused, grad clip 1.0"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gptlib.bench``: print the measurements (takes a few minutes)."""
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m gptlib.bench",
+        prog="python benchmarks/bench.py",
         description="Measure gptlib's training and generation speed on this machine.",
     )
     parser.add_argument("--seconds", type=float, default=6.0, help="timed seconds per candidate")
     parser.add_argument("--rounds", type=int, default=6, help="turns per measurement (best)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="a smoke run in seconds (--seconds 0.3 --rounds 1 --new-tokens 32): ratios are noisy",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    print(
-        f"gptlib benchmark: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-        f"{os.cpu_count()} CPU(s), {platform.machine()} {platform.system()}, "
-        f"load average before: {load}"
-    )
-    peak, n = matmul_peak()
-    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s (torch.mm, {n}x{n})")
+    if args.quick:
+        args.seconds, args.rounds, args.new_tokens = 0.3, 1, 32
+    return args
 
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+
+
+CASES = [(BOOK, FULL_VOCAB), (BOOK, COMPACT_VOCAB), (LARGER, COMPACT_VOCAB)]
+
+
+def measure_training(args: argparse.Namespace, peak: float) -> dict[tuple[str, int, str], float]:
+    """Seconds per step of every candidate for every case (printed as they come)."""
     g = torch.Generator().manual_seed(0)
     data = {v: torch.randint(v, (60_000,), generator=g) for v in (FULL_VOCAB, COMPACT_VOCAB)}
     header = f"{'it/s':>9}{'tokens/s':>11}{'GFLOP/s':>9}{'of peak':>9}"
     print(f"\ntraining, steady state{' ' * 22}{header}")
-    cases = [(BOOK, FULL_VOCAB), (BOOK, COMPACT_VOCAB), (LARGER, COMPACT_VOCAB)]
     sec: dict[tuple[str, int, str], float] = {}
-    for shape, vocab in cases:
+    for shape, vocab in CASES:
         print(
             f"{shape.name}: batch {shape.batch_size}, context {shape.context_length}, d_model "
             f"{shape.d_model}, {shape.n_heads} heads, {shape.n_blocks} blocks, vocab {vocab:,}"
@@ -385,10 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         for which, value in best_of_rounds(runners, args.seconds, args.rounds).items():
             sec[shape.name, vocab, which] = value
             print(_row(which, value, shape, vocab, peak), flush=True)
-        del runners
+    return sec
 
+
+def print_ratios(sec: dict[tuple[str, int, str], float]) -> None:
     print("\nratios of iterations/s")
-    for shape, vocab in cases:
+    for shape, vocab in CASES:
         what = f"{shape.name}, vocab {vocab:,}"
         r = sec[shape.name, vocab, BASELINE] / sec[shape.name, vocab, FUSED]
         target = "  (target >= 2)" if (shape, vocab) == (BOOK, FULL_VOCAB) else ""
@@ -406,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{FULL_VOCAB:,}, {1e3 * per_row * COMPACT_VOCAB:.1f} ms at {COMPACT_VOCAB:,})"
     )
 
+
+def measure_generation(args: argparse.Namespace) -> None:
     gen = GPTConfig(**{**LARGER.config(COMPACT_VOCAB).to_dict(), "context_length": 256})
     print(
         f"\ngeneration: {args.new_tokens} new tokens after a 1-token prompt, greedy, context "
@@ -425,16 +438,30 @@ def main(argv: list[str] | None = None) -> int:
     same = "yes" if torch.equal(ids[False], ids[True]) else "NO"
     ratio = rate[True] / rate[False]
     print(f"  cache / no cache: {ratio:.2f}x  (target >= 3); identical tokens: {same}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/bench.py``: print the measurements (takes a few minutes)."""
+    args = _parse(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    print(
+        f"gptlib benchmark: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{os.cpu_count()} CPU(s), {platform.machine()} {platform.system()}, "
+        f"load average before: {_load()}"
+    )
+    peak, n = matmul_peak()
+    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s (torch.mm, {n}x{n})")
+    print_ratios(measure_training(args, peak))
+    measure_generation(args)
     peak_after, _ = matmul_peak()
     print(f"\nfp32 matmul peak measured again at the end: {peak_after:.1f} GFLOP/s")
     if abs(peak_after - peak) > 0.2 * max(peak, peak_after):
         print("warning: the two peak measurements differ by more than 20%: the machine was busy")
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    print(f"\ntotal time {time.perf_counter() - start:.0f} s; load average after: {load}")
+    print(f"\ntotal time {time.perf_counter() - start:.0f} s; load average after: {_load()}")
     return 0
 
 
 if __name__ == "__main__":
-    from gptlib.bench import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

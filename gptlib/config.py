@@ -1,0 +1,164 @@
+"""The two configurations: the model's (:class:`GPTConfig`) and a run's (:class:`TrainConfig`).
+
+This is the one place that defines each of them. ``GPTConfig()`` with its defaults *is* the
+book's running example (chapters 2-8 build it piece by piece); every allowed value of a switch is
+written once, here, and the command line (:mod:`gptlib.cli`) builds its options from these
+fields. :func:`resolve_device` turns a device name such as ``"auto"`` into a ``torch.device``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+NORMS = ("pre", "post")  # where LayerNorm sits relative to the residual add (chapter 8)
+POSITIONS = ("sinusoidal", "learned")  # fixed sin/cos table (chapter 3) or a trained table
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")  # the feed-forward non-linearity (chapter 8)
+LR_SCHEDULES = ("constant", "cosine")  # chapter 10
+
+
+def _positive_ints(obj: object, names: tuple[str, ...], minimum: int = 1) -> list[str]:
+    """One problem per field of ``names`` that is not an integer >= ``minimum``."""
+    problems = []
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            problems.append(f"{name} must be {what}, got {value!r}")
+    return problems
+
+
+def _choices(obj: object, allowed: dict[str, tuple[str, ...]]) -> list[str]:
+    return [
+        f"{name} must be one of {values}, got {getattr(obj, name)!r}"
+        for name, values in allowed.items()
+        if getattr(obj, name) not in values
+    ]
+
+
+@dataclass
+class GPTConfig:
+    """Every size and switch of the model. The defaults are the book's running example."""
+
+    vocab_size: int = 100_070  # rows of the embedding table: largest cl100k id in the book + 1
+    context_length: int = 16  # T: the most tokens the model looks at
+    d_model: int = 64  # C: width of every token vector
+    n_heads: int = 4  # H: attention heads; head size is d_model // n_heads
+    n_blocks: int = 8  # transformer blocks stacked on top of each other
+    ffn_mult: int = 4  # feed-forward hidden width = ffn_mult * d_model
+    dropout: float = 0.1
+    norm: str = "pre"  # one of NORMS
+    positions: str = "sinusoidal"  # one of POSITIONS
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model), as in the 2017 paper
+    activation: str = "relu"  # one of ACTIVATIONS
+    bias: bool = True  # biases in Linear and LayerNorm layers
+    tie_embeddings: bool = False  # share the token embedding with the output projection
+    final_norm: bool = True  # a LayerNorm after the last block (needed with pre-LN)
+    layer_norm_eps: float = 1e-5
+    fused_attention: bool = False  # F.scaled_dot_product_attention instead of the book's steps
+
+    def __post_init__(self) -> None:
+        sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult")
+        problems = _positive_ints(self, sizes)
+        if not problems and self.d_model % self.n_heads != 0:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]
+            problems.append(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) so that "
+                f"every head gets the same size; try n_heads in {divisors}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
+        allowed = {"norm": NORMS, "positions": POSITIONS, "activation": ACTIVATIONS}
+        problems += _choices(self, allowed)
+        if self.positions == "sinusoidal" and not problems and self.d_model % 2:
+            problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if problems:
+            raise ValueError("invalid GPTConfig: " + "; ".join(problems))
+
+    @property
+    def head_size(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_ff(self) -> int:
+        return self.ffn_mult * self.d_model
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a training run (chapter 10). Defaults suit the book's small model on a CPU."""
+
+    batch_size: int = 4
+    max_iters: int = 2000  # optimizer steps in the whole run (the schedule's horizon)
+    learning_rate: float = 1e-3
+    warmup_iters: int = 0  # linear warm-up steps
+    lr_schedule: str = "constant"  # one of LR_SCHEDULES (cosine decays to min_lr at max_iters)
+    min_lr: float = 1e-4
+    weight_decay: float = 0.1  # applied to weight matrices and embeddings, not biases or norms
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables
+    eval_interval: int = 100  # estimate the losses every this many steps (and at the last)
+    eval_iters: int = 20  # batches per loss estimate
+    seed: int = 1337
+    device: str = "auto"  # "auto" = cuda > mps > cpu, or an explicit device string
+    autocast_bf16: bool = True  # bf16 autocast, used only on CUDA
+    checkpoint_interval: int = 0  # 0 = save only at the end (when a checkpoint path is given)
+
+    def __post_init__(self) -> None:
+        problems = _positive_ints(self, ("batch_size", "max_iters", "eval_interval", "eval_iters"))
+        problems += _positive_ints(self, ("warmup_iters", "checkpoint_interval"), minimum=0)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            problems.append(f"seed must be an integer, got {self.seed!r}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            problems.append(f"learning_rate must be a positive number, got {self.learning_rate}")
+        problems += _choices(self, {"lr_schedule": LR_SCHEDULES})
+        if not (math.isfinite(self.min_lr) and self.min_lr >= 0):
+            problems.append(f"min_lr must be >= 0, got {self.min_lr}")
+        elif self.lr_schedule == "cosine" and self.min_lr > self.learning_rate:
+            problems.append(
+                f"min_lr ({self.min_lr}) must not exceed learning_rate ({self.learning_rate})"
+            )
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            problems.append(f"weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            problems.append(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if not isinstance(self.device, str) or not self.device:
+            problems.append(f"device must be a string such as 'auto' or 'cpu', got {self.device!r}")
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+
+def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """``"auto"`` -> the best available device (cuda > mps > cpu); else the named one, checked.
+
+    Under torchrun, a bare ``"cuda"`` means this process's GPU, ``cuda:LOCAL_RANK``.
+    """
+    mps = getattr(torch.backends, "mps", None)
+    mps_ok = mps is not None and mps.is_available()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("mps") if mps_ok else torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was requested but CUDA is not available; use cpu/auto")
+        if device.index is None:
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    elif device.type == "mps" and not mps_ok:
+        raise ValueError("device 'mps' was requested but MPS is not available; use cpu or auto")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    return device
