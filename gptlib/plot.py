@@ -25,6 +25,31 @@ def _to_numpy(m) -> np.ndarray:
     return np.asarray(m, dtype=float)
 
 
+def _annotate(ax: Axes, im, m: np.ndarray, hidden: np.ndarray, fmt: str) -> None:
+    """Write every visible cell's value into it, white on dark cells and black on light ones."""
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            if not hidden[i, j]:
+                r, g, b, _ = im.cmap(im.norm(m[i, j]))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+                color = "white" if dark else "black"
+                ax.text(
+                    j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6, color=color
+                )
+
+
+def _colour_limits(
+    finite: np.ndarray, signed: bool | None, vmin: float | None, vmax: float | None
+) -> tuple[bool, float | None, float | None]:
+    """Decide signed/unsigned and, for signed values, a colour scale symmetric around 0."""
+    if signed is None:
+        signed = bool((finite < 0).any())
+    if signed and vmin is None and vmax is None:
+        lim = float(np.abs(finite).max()) or 1.0
+        vmin, vmax = -lim, lim
+    return signed, vmin, vmax
+
+
 def heatmap(
     matrix,
     row_labels: Sequence[str] | None = None,
@@ -47,7 +72,8 @@ def heatmap(
 
     ``mask`` (boolean, same shape, True = keep) greys out the cells that are masked away, and
     non-finite cells (-inf after masking) are greyed out too. ``signed`` picks a diverging colour
-    map centred on 0 (default: when the matrix has negative values).
+    map centred on 0 (default: when the matrix has negative values). Pass the same ``vmin`` and
+    ``vmax`` to panels that are compared, so that one colour means one value everywhere.
     """
     m = _to_numpy(matrix)
     if m.ndim != 2:
@@ -57,14 +83,11 @@ def heatmap(
         hidden |= ~_to_numpy(mask).astype(bool)
     shown = np.ma.masked_array(np.where(np.isfinite(m), m, 0.0), mask=hidden)
     finite = m[~hidden] if (~hidden).any() else np.zeros(1)
-    if signed is None:
-        signed = bool((finite < 0).any())
-    if signed and vmin is None and vmax is None:
-        lim = float(np.abs(finite).max()) or 1.0
-        vmin, vmax = -lim, lim
+    signed, vmin, vmax = _colour_limits(finite, signed, vmin, vmax)
     # with_extremes returns a copy (Colormap.set_bad is being deprecated in matplotlib 3.11)
-    base = plt.get_cmap(cmap or (SIGNED_CMAP if signed else VALUES_CMAP))
-    cm = base.with_extremes(bad=MASK_COLOR)
+    cm = plt.get_cmap(cmap or (SIGNED_CMAP if signed else VALUES_CMAP)).with_extremes(
+        bad=MASK_COLOR
+    )
     if ax is None:
         size = (max(4.0, 0.32 * m.shape[1] + 2), max(3.0, 0.3 * m.shape[0] + 1.5))
         _, ax = plt.subplots(figsize=size)
@@ -74,15 +97,7 @@ def heatmap(
     if col_labels is not None:
         ax.set_xticks(range(len(col_labels)), labels=list(col_labels), fontsize=8, rotation=90)
     if annotate:
-        for i in range(m.shape[0]):
-            for j in range(m.shape[1]):
-                if not hidden[i, j]:
-                    r, g, b, _ = im.cmap(im.norm(m[i, j]))
-                    dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # white text on dark cells
-                    color = "white" if dark else "black"
-                    ax.text(
-                        j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6, color=color
-                    )
+        _annotate(ax, im, m, hidden, fmt)
     if title:
         ax.set_title(title)
     if xlabel:
@@ -114,10 +129,12 @@ def attention_grid(
     row_titles: Sequence[str] | None = None,
     col_titles: Sequence[str] | None = None,
     title: str | None = None,
-    cell_size: float = 2.4,
+    cell_size: float = 3.0,
+    label_size: float = 8,
 ) -> Figure:
     """A grid of attention maps: ``weights`` (H, T, T) gives one row of heads; (L, H, T, T) gives
-    one row per layer. Masked (zero, future) cells are greyed out above the diagonal."""
+    one row per layer. Masked (zero, future) cells are greyed out above the diagonal. All panels
+    share one colour scale (0 to 1). Token labels (``label_size`` points) are drawn for T <= 24."""
     w = _to_numpy(weights)
     if w.ndim == 3:
         w = w[None]
@@ -148,9 +165,9 @@ def attention_grid(
                 ax.set_ylabel(row_titles[layer] if row_titles else f"block {layer}", fontsize=9)
     if tokens is not None and T <= 24:
         for h in range(H):
-            axes[-1, h].set_xticks(range(T), labels=list(tokens), rotation=90, fontsize=6)
+            axes[-1, h].set_xticks(range(T), labels=list(tokens), rotation=90, fontsize=label_size)
         for layer in range(L):
-            axes[layer, 0].set_yticks(range(T), labels=list(tokens), fontsize=6)
+            axes[layer, 0].set_yticks(range(T), labels=list(tokens), fontsize=label_size)
     if title:
         fig.suptitle(title)
     fig.colorbar(im, ax=axes, fraction=0.02, pad=0.02, label="attention weight")
@@ -203,67 +220,88 @@ def loss_curves(
     return ax
 
 
-# The book's pipeline, in order: (key, box label). Chapters highlight their own step(s).
+# The book's pipeline, in order: (key, box label). The model is pre-LN: inside each block a
+# LayerNorm comes *before* attention and before the feed-forward network, each sublayer's output is
+# added back onto the residual stream, and a final LayerNorm follows the last block. The keys
+# "layernorm" and "residual" name two boxes each (one per sublayer).
 PIPELINE_STEPS: tuple[tuple[str, str], ...] = (
     ("tokenize", "text →\ntoken ids"),
     ("embed", "token\nembedding"),
-    ("position", "+ positional\nencoding"),
+    ("position", "+ positions"),
+    ("layernorm", "Layer-\nNorm"),
     ("qkv", "Q, K, V\n& heads"),
     ("scores", "Q·Kᵀ"),
     ("scale", "÷ √d_k"),
     ("mask", "causal\nmask"),
     ("softmax", "softmax"),
-    ("weighted_values", "weights·V"),
-    ("concat_wo", "concat\n& Wo"),
-    ("add_norm", "residual +\nLayerNorm"),
+    ("weighted_values", "weights\n· V"),
+    ("concat_wo", "concat\n& W_o"),
+    ("residual", "+\nresidual"),
+    ("layernorm", "Layer-\nNorm"),
     ("ffn", "feed-\nforward"),
-    ("logits", "logits &\nprobabilities"),
+    ("residual", "+\nresidual"),
+    ("final_norm", "final\nLayer-\nNorm"),
+    ("logits", "output\nlayer"),
 )
+PIPELINE_KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for k, _ in PIPELINE_STEPS))
+
+
+def _pipeline_box(ax: Axes, i: int, label: str, on: bool, w: float) -> None:
+    """One box of the pipeline diagram at x = i; highlighted boxes are orange and bold."""
+    face, edge = ("#f28e2b", "#b35806") if on else ("#e8eef7", "#8da0cb")
+    ax.add_patch(plt.Rectangle((i, 0), w, 1, facecolor=face, edgecolor=edge, lw=2 if on else 1))
+    weight = "bold" if on else "normal"
+    ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=7, fontweight=weight)
+
+
+def _bracket(ax: Axes, a: float, b: float, y: float, text: str) -> None:
+    ax.plot([a, a, b, b], [y - 0.08, y, y, y - 0.08], color="dimgrey", lw=1)
+    ax.text((a + b) / 2, y + 0.05, text, ha="center", va="bottom", fontsize=8, color="dimgrey")
+
+
+def _skip(ax: Axes, a: float, b: float, w: float) -> None:
+    """A residual (skip) line under the boxes, from before box a into the "+" box b."""
+    x0, x1 = a - (1 - w) / 2, b + w / 2
+    ax.plot([x0, x0, x1], [0.5, -0.3, -0.3], color="#b35806", lw=1)
+    ax.annotate("", (x1, 0), (x1, -0.3), arrowprops={"arrowstyle": "->", "color": "#b35806"})
 
 
 def pipeline_diagram(
     highlight: str | Sequence[str] = (), ax: Axes | None = None, title: str | None = None
 ) -> Axes:
-    """The whole model as a row of boxes, with the chapter's step(s) highlighted.
+    """The whole (pre-LN) model as a row of boxes, with the chapter's step(s) highlighted.
 
-    ``highlight`` takes keys of :data:`PIPELINE_STEPS` (e.g. ``"embed"`` or ``["mask",
-    "softmax"]``). Brackets mark the attention steps and the transformer block.
+    ``highlight`` takes one key or a list of keys: ``"tokenize"`` (chapter 1), ``"embed"``
+    (token embedding, 2), ``"position"`` (positional encoding, 3), ``"layernorm"`` (the two
+    LayerNorms inside each block, 4 and 8), ``"qkv"`` (W_q, W_k, W_v and the split into heads,
+    4), ``"scores"`` and ``"scale"`` (5), ``"mask"`` and ``"softmax"`` (6), ``"weighted_values"``
+    (the weighted sum of the values) and ``"concat_wo"`` (concatenation and W_o, 7),
+    ``"residual"`` (the two residual adds) and ``"ffn"`` (feed-forward, 8), ``"final_norm"`` (the
+    LayerNorm after the last block) and ``"logits"`` (the output layer and softmax, 9).
+    Brackets mark the attention steps and the transformer block; orange lines under the boxes
+    are the residual connections.
     """
-    keys = [k for k, _ in PIPELINE_STEPS]
     wanted = [highlight] if isinstance(highlight, str) else list(highlight)
-    unknown = [k for k in wanted if k not in keys]
+    unknown = [k for k in wanted if k not in PIPELINE_KEYS]
     if unknown:
-        raise ValueError(f"unknown pipeline step(s) {unknown}; choose from {keys}")
-    n = len(PIPELINE_STEPS)
+        raise ValueError(f"unknown pipeline step(s) {unknown}; choose from {list(PIPELINE_KEYS)}")
+    keys = [k for k, _ in PIPELINE_STEPS]
+    n, w = len(PIPELINE_STEPS), 0.86
     if ax is None:
-        _, ax = plt.subplots(figsize=(13, 2.3))
-    w, gap = 0.86, 0.14
+        _, ax = plt.subplots(figsize=(15, 2.6))
     for i, (key, label) in enumerate(PIPELINE_STEPS):
-        on = key in wanted
-        ax.add_patch(
-            plt.Rectangle(
-                (i, 0),
-                w,
-                1,
-                facecolor="#f28e2b" if on else "#e8eef7",
-                edgecolor="#b35806" if on else "#8da0cb",
-                linewidth=2 if on else 1,
-            )
-        )
-        weight = "bold" if on else "normal"
-        ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=7.5, fontweight=weight)
+        _pipeline_box(ax, i, label, key in wanted, w)
         if i < n - 1:
             ax.annotate("", (i + 1, 0.5), (i + w, 0.5), arrowprops={"arrowstyle": "->", "lw": 0.8})
-
-    def bracket(first: str, last: str, y: float, text: str) -> None:
-        a, b = keys.index(first), keys.index(last) + w
-        ax.plot([a, a, b, b], [y - 0.08, y, y, y - 0.08], color="dimgrey", lw=1)
-        ax.text((a + b) / 2, y + 0.05, text, ha="center", va="bottom", fontsize=8, color="dimgrey")
-
-    bracket("qkv", "concat_wo", 1.2, "masked multi-head attention")
-    bracket("qkv", "ffn", 1.62, "transformer block (repeated n_blocks times)")
-    ax.set_xlim(-0.1, n + gap)
-    ax.set_ylim(-0.1, 2.05)
+    first_ln, adds = keys.index("layernorm"), [i for i, k in enumerate(keys) if k == "residual"]
+    _skip(ax, first_ln, adds[0], w)
+    _skip(ax, adds[0] + 1, adds[1], w)
+    _bracket(ax, keys.index("qkv"), keys.index("concat_wo") + w, 1.2, "masked multi-head attention")
+    _bracket(
+        ax, first_ln, adds[-1] + w, 1.62, "transformer block, pre-LN (repeated n_blocks times)"
+    )
+    ax.set_xlim(-0.1, n + 0.14)
+    ax.set_ylim(-0.45, 2.05)
     ax.axis("off")
     if title:
         ax.set_title(title, fontsize=10)

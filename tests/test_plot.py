@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from gptlib.model import causal_mask, sinusoidal_positional_encoding
 from gptlib.plot import (
     MASK_COLOR,
+    PIPELINE_KEYS,
     PIPELINE_STEPS,
     SIGNED_CMAP,
     VALUES_CMAP,
@@ -176,21 +177,57 @@ def test_loss_curves_need_steps():
 # ---- pipeline diagram ----------------------------------------------------------------------
 
 
+def highlighted_keys(ax: Axes) -> list[str]:
+    boxes = ax.patches[: len(PIPELINE_STEPS)]
+    plain = pipeline_diagram().patches[0].get_facecolor()  # nothing highlighted
+    return [PIPELINE_STEPS[i][0] for i, p in enumerate(boxes) if p.get_facecolor() != plain]
+
+
 def test_pipeline_diagram_highlights_the_chosen_steps():
-    keys = [k for k, _ in PIPELINE_STEPS]
     ax = pipeline_diagram(["mask", "softmax"], title="Chapter 6")
     assert ax.get_title() == "Chapter 6"
-    assert len(ax.patches) == len(keys) == 13
-    plain = ax.patches[0].get_facecolor()
-    highlighted = {keys[i] for i, p in enumerate(ax.patches) if p.get_facecolor() != plain}
-    assert highlighted == {"mask", "softmax"}
+    assert len(ax.patches) == len(PIPELINE_STEPS) == 17
+    assert highlighted_keys(ax) == ["mask", "softmax"]
     labels = [t.get_text() for t in ax.texts]
     assert "softmax" in labels and "masked multi-head attention" in labels
-    one = pipeline_diagram("embed")
-    assert one.patches[1].get_facecolor() != one.patches[0].get_facecolor()
+    assert highlighted_keys(pipeline_diagram("embed")) == ["embed"]
+    # a key that names two boxes highlights both: the two LayerNorms, the two residual adds
+    assert highlighted_keys(pipeline_diagram(["layernorm", "residual"])) == [
+        "layernorm",
+        "residual",
+        "layernorm",
+        "residual",
+    ]
+    every = pipeline_diagram(list(PIPELINE_KEYS))
+    assert len(highlighted_keys(every)) == len(PIPELINE_STEPS)
+
+
+def test_pipeline_diagram_is_pre_ln_with_a_final_norm():
+    keys = [k for k, _ in PIPELINE_STEPS]
+    # inside the block: LayerNorm before attention, residual add after W_o, LayerNorm before FFN
+    block = keys[keys.index("layernorm") : len(keys) - 2]
+    assert block == [
+        "layernorm",
+        "qkv",
+        "scores",
+        "scale",
+        "mask",
+        "softmax",
+        "weighted_values",
+        "concat_wo",
+        "residual",
+        "layernorm",
+        "ffn",
+        "residual",
+    ]
+    assert keys[-2:] == ["final_norm", "logits"]  # the final LayerNorm precedes the output layer
+    assert keys[:3] == ["tokenize", "embed", "position"]
+    assert set(PIPELINE_KEYS) == set(keys) and len(PIPELINE_KEYS) == 15
 
 
 def test_pipeline_diagram_rejects_unknown_steps():
     message = r"unknown pipeline step\(s\) \['attention'\]; choose from \['tokenize', 'embed'"
     with pytest.raises(ValueError, match=message):
         pipeline_diagram(["mask", "attention"])
+    with pytest.raises(ValueError, match=r"\['add_norm'\]"):
+        pipeline_diagram("add_norm")  # the old post-LN box no longer exists
