@@ -1,82 +1,163 @@
-"""The built site, checked the way a reader meets it: in a browser.
+"""The built site, checked the way a reader meets it: in a browser, with no network and no kernel.
 
-1. The book is built with jupyter-book into ``_build/html`` with warnings as errors. Notebook
+1. A small model is trained here (a few seconds) and saved as a gptlib checkpoint, because on a
+   fresh clone chapter 10's checkpoint does not exist yet when ``make test`` reaches this file.
+2. The book is built with jupyter-book into ``_build/html`` with warnings as errors. Notebook
    execution is switched OFF for this build: ``make test`` runs nbval on every notebook in the same
    pytest run, and nbval proves (strictly) that the outputs committed in the notebooks are exactly
    what a fresh run produces; executing them all a second time here would double the run time and
-   prove nothing more. ``make book`` still builds with execution forced.
-2. Every internal link and resource of every built page (``href``/``src`` without a scheme) points
-   at a file that exists, and at an element id that exists when it names a ``#fragment``.
-3. Headless Chromium opens the introduction, a chapter with plots and chapter 10 from a loopback
-   HTTP server and we check each page: the title is there, every ``<img>`` finished loading with a
-   non-zero size, no request to the site failed, and no Python traceback shows. A full-page
-   screenshot of each is kept in ``_build/screenshots/``.
+   prove nothing more. ``make book`` still builds with execution forced. The build's model export
+   (``_ext/gptbook_web.py``) is pointed at the checkpoint of step 1.
+3. Every internal link and resource of every built page points at a file that exists, and at an
+   element id that exists when it names a ``#fragment``.
+4. Headless Chromium, driven by Playwright, opens pages from a loopback HTTP server and from
+   ``file://``. Any request that leaves the site is blocked and fails the test. On each page: the
+   title is there, every ``<img>`` loaded, no request to the site failed, no Python traceback
+   shows, no script error, and formulas are typeset by the site's own MathJax.
+5. The kernel-free sliders of chapters 3, 5 and 6 are moved with the keyboard: the figure changes
+   and shows the right numbers. On "Try the model", typed prompts give tiktoken's tokens and
+   PyTorch's logits and attention weights (within 1e-4), greedy generation gives gptlib's tokens,
+   and text the model cannot read is named.
 
-Chromium is driven through its DevTools protocol over ``--remote-debugging-pipe`` (JSON messages
-separated by NUL bytes on file descriptors 3 and 4), so no browser-automation package is needed.
-Without the ``chromium`` executable the browser test skips; ``make browser`` (part of ``make
-test``) installs Debian's ``chromium`` package when run as root.
+Screenshots (whole pages and each interactive figure) are kept in ``_build/screenshots/``, with
+``model-page.json``: sizes of the exported model, time to first prediction, tokens per second,
+largest logit difference. Without Debian's ``chromium`` the browser tests skip (``make browser``,
+part of ``make test``, installs it when run as root); Playwright never downloads a browser here.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import http.server
+import importlib.util
 import json
-import os
-import queue
+import math
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+import torch
 import yaml
+from playwright.sync_api import sync_playwright
+
+from gptlib.checkpoint import load_checkpoint, save_checkpoint
+from gptlib.model import GPT, GPTConfig, sinusoidal_positional_encoding
+from gptlib.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 SCREENSHOTS = BUILD / "screenshots"
+MODEL_PAGE = "chapters/13_try_the_model.html"
 
-# Pages opened in the browser: (page, its source, does it have plots?)
+# Pages opened in the browser: (page, its source, does it have plots?, does it have formulas?)
 PAGES = [
-    ("intro.html", "intro.md", False),
-    ("chapters/03_positional_encoding.html", "chapters/03_positional_encoding.ipynb", True),
-    ("chapters/10_training.html", "chapters/10_training.ipynb", True),
+    ("intro.html", "intro.md", False, False),
+    ("chapters/03_positional_encoding.html", "chapters/03_positional_encoding.ipynb", True, True),
+    ("chapters/10_training.html", "chapters/10_training.ipynb", True, True),
+    (MODEL_PAGE, "chapters/13_try_the_model.md", False, False),
 ]
-CHROMIUM_FLAGS = [
-    "--headless",
+# The kernel-free sliders: (page, figure name, the slider's class, arrow-key presses: + right)
+SLIDERS = [
+    ("chapters/03_positional_encoding.html", "positional-encoding", "gptbook-position", 3),
+    ("chapters/03_positional_encoding.html", "positional-encoding", "gptbook-dimension", 5),
+    ("chapters/05_attention_scores.html", "scaling", "gptbook-dk", -3),
+    ("chapters/05_attention_scores.html", "scaling", "gptbook-seed", 2),
+    ("chapters/06_mask_and_softmax.html", "temperature", "gptbook-tau", -10),
+]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's package
+CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
     "--disable-background-networking",
+    "--disable-component-update",
     "--no-first-run",
     "--disable-quic",
-    "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
     "--hide-scrollbars",
     "--mute-audio",
-    "--remote-debugging-pipe",
 ]
 TRACEBACK = "Traceback (most recent call last)"
+# sphinx-thebe (a jupyter-book dependency) writes its `const THEBE_JS_URL` script twice on every
+# page; the second copy throws. Harmless (Thebe is not used), and not the book's code.
+KNOWN_PAGE_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
+LOGIT_TOLERANCE = 1e-4  # float32 PyTorch against float64 JavaScript: differences are ~1e-6
+
+
+def _exporter():
+    """tools/export_web_model.py (not a package: loaded from its file, as the extension does)."""
+    spec = importlib.util.spec_from_file_location(
+        "export_web_model", ROOT / "tools" / "export_web_model.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --------------------------------------------------------------------------------------------
-# Building the site
+# A trained model and the built site
 # --------------------------------------------------------------------------------------------
+
+
+def _train(config: GPTConfig, ids: torch.Tensor, steps: int, seed: int = 0) -> GPT:
+    """A short AdamW run on next-token prediction: enough to give the logits some structure."""
+    torch.manual_seed(seed)
+    model = GPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    T = config.context_length
+    for _ in range(steps):
+        starts = torch.randint(len(ids) - T - 1, (16,), generator=generator)
+        x = torch.stack([ids[s : s + T] for s in starts])  # (16, T)
+        y = torch.stack([ids[s + 1 : s + T + 1] for s in starts])  # (16, T)
+        _, loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
 
 @pytest.fixture(scope="module")
-def site() -> Path:
+def tokenizer(corpus_text: str, cl100k) -> Tokenizer:
+    """cl100k with the sales textbook's compact vocabulary, as in chapter 10."""
+    return Tokenizer.from_corpus(corpus_text, cl100k)
+
+
+@pytest.fixture(scope="module")
+def web_checkpoint(tokenizer: Tokenizer, corpus_text: str, tmp_path_factory) -> Path:
+    """A checkpoint like chapter 10's (sinusoidal positions, pre-LN, ReLU), trained briefly."""
+    ids = torch.tensor(tokenizer.encode(corpus_text[:60_000]))
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, n_blocks=2, dropout=0.0)
+    with torch.random.fork_rng():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            model = _train(config, ids, steps=60)
+        finally:
+            torch.set_num_threads(threads)
+    path = tmp_path_factory.mktemp("web-model") / "checkpoint.pt"
+    save_checkpoint(path, model, vocab=tokenizer.vocab, step=60)
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(web_checkpoint: Path) -> Path:
     """Build the book once (execution off, warnings are errors) and return ``_build/html``."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config.setdefault("execute", {})["execute_notebooks"] = "off"  # see the module docstring
+    sphinx = config.setdefault("sphinx", {})
+    sphinx.setdefault("config", {})["gptbook_web_checkpoint"] = str(web_checkpoint)
+    # local extension folders are resolved against the config file: make them absolute
+    local = sphinx.get("local_extensions") or {}
+    sphinx["local_extensions"] = {name: str(ROOT / path) for name, path in local.items()}
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     BUILD.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +245,26 @@ def test_every_internal_link_resolves(site: Path) -> None:
     assert not problems, f"{len(problems)} broken internal link(s):\n" + "\n".join(problems[:50])
 
 
+def test_model_is_exported_into_the_site(site: Path, web_checkpoint: Path) -> None:
+    model_js = site / "_static" / "web-model" / "model.js"
+    text = model_js.read_text()
+    assert text.startswith("window.gptWebModel = ")
+    payload = json.loads(text.removeprefix("window.gptWebModel = ").rstrip().removesuffix(";"))
+    model = load_checkpoint(web_checkpoint).model
+    assert payload["available"] and payload["num_parameters"] == model.num_parameters()
+    assert (site / "_static" / "web-model" / "tokenizer.js").stat().st_size > 500_000
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file(), (
+        "MathJax is not served locally"
+    )
+
+
+def test_missing_checkpoint_writes_a_message(tmp_path: Path) -> None:
+    _exporter().write_missing(tmp_path, tmp_path / "checkpoint.pt")
+    text = (tmp_path / "model.js").read_text()
+    assert '"available":false' in text and "chapter 10" in text
+    assert not (tmp_path / "tokenizer.js").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # The browser
 # --------------------------------------------------------------------------------------------
@@ -195,140 +296,65 @@ class _Server:
         self.httpd.server_close()
 
 
-# Runs in the child: move the two pipe ends to fds 3 (commands in) and 4 (replies out), as
-# --remote-debugging-pipe expects, then become Chromium.
-_TRAMPOLINE = """
-import fcntl, os, sys
-r, w = (fcntl.fcntl(int(fd), fcntl.F_DUPFD, 10) for fd in sys.argv[1:3])
-os.close(int(sys.argv[1])); os.close(int(sys.argv[2]))
-os.dup2(r, 3); os.dup2(w, 4); os.close(r); os.close(w)
-os.execv(sys.argv[3], sys.argv[3:])
-"""
+class Browser:
+    """Playwright's Chromium (Debian's build), with every request outside the site blocked."""
 
-
-class Chromium:
-    """Headless Chromium driven through the DevTools protocol over a pipe."""
-
-    def __init__(self, executable: str, profile: Path, timeout: float = 60.0) -> None:
-        self.timeout = timeout
-        cmd_read, self._cmd_write = os.pipe()  # we write commands, Chromium reads (its fd 3)
-        self._reply_read, reply_write = os.pipe()  # Chromium writes replies (its fd 4)
-        self.log_path = profile / "chromium.log"
-        args = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,900"]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _TRAMPOLINE, str(cmd_read), str(reply_write)]
-                + [executable, *args, "about:blank"],
-                pass_fds=(cmd_read, reply_write),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        os.close(cmd_read)
-        os.close(reply_write)
-        self._messages: queue.Queue[dict | None] = queue.Queue()
-        self._events: list[dict] = []
-        self._next_id = 0
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        buffer = b""
-        while chunk := os.read(self._reply_read, 1 << 16):
-            buffer += chunk
-            *messages, buffer = buffer.split(b"\0")
-            for message in messages:
-                self._messages.put(json.loads(message))
-        self._messages.put(None)  # the browser closed its end
-
-    def _next_message(self, deadline: float, waiting_for: str) -> dict:
-        try:
-            message = self._messages.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise TimeoutError(f"Chromium did not answer in time ({waiting_for})") from None
-        if message is None:
-            log = self.log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"Chromium exited ({waiting_for}); its log ends with:\n{log}")
-        return message
-
-    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        """Send one command and return its result (events that arrive meanwhile are kept)."""
-        self._next_id += 1
-        message: dict = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = session
-        data = json.dumps(message).encode() + b"\0"
-        while data:
-            data = data[os.write(self._cmd_write, data) :]
-        deadline = time.monotonic() + self.timeout
-        while True:
-            reply = self._next_message(deadline, method)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method} failed: {reply['error']}")
-                return reply.get("result", {})
-            self._events.append(reply)
-
-    def wait_for(self, event: str, session: str) -> dict:
-        deadline = time.monotonic() + self.timeout
-        while True:
-            for i, message in enumerate(self._events):
-                if message.get("method") == event and message.get("sessionId") == session:
-                    return self._events.pop(i)
-            self._events.append(self._next_message(deadline, event))
-
-    def new_page(self) -> str:
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})
-        session_id = session["sessionId"]
-        self.send("Page.enable", session=session_id)
-        self.send("Runtime.enable", session=session_id)
-        metrics = {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}
-        self.send("Emulation.setDeviceMetricsOverride", metrics, session_id)
-        return session_id
-
-    def open(self, session: str, url: str) -> None:
-        self._events = [m for m in self._events if m.get("sessionId") != session]
-        result = self.send("Page.navigate", {"url": url}, session)
-        if result.get("errorText"):
-            raise RuntimeError(f"could not open {url}: {result['errorText']}")
-        self.wait_for("Page.loadEventFired", session)
-
-    def evaluate(self, session: str, expression: str):
-        params = {"expression": expression, "awaitPromise": True, "returnByValue": True}
-        result = self.send("Runtime.evaluate", params, session)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def screenshot(self, session: str, path: Path, max_height: int = 60000) -> None:
-        """A full-page PNG: the viewport is made as tall as the page (the theme lays out its
-        sticky sidebars for that window), given two frames to settle, then captured."""
-        height = min(
-            int(self.evaluate(session, "document.documentElement.scrollHeight")), max_height
+    def __init__(self, site: Path) -> None:
+        self.server = _Server(site)
+        self.file_url = site.resolve().as_uri() + "/"
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
         )
-        metrics = {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}
-        self.send("Emulation.setDeviceMetricsOverride", metrics, session)
-        settle = "new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
-        self.evaluate(session, settle)
-        data = self.send("Page.captureScreenshot", {"format": "png"}, session)["data"]
-        path.write_bytes(base64.b64decode(data))
+        self.context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+        self.outside: list[str] = []  # requests that tried to leave the site
+        self.context.route("**/*", self._route)
+
+    def _route(self, route) -> None:  # noqa: ANN001 (a Playwright Route)
+        url = route.request.url
+        if url.startswith((self.server.url, self.file_url, "data:", "blob:")):
+            route.continue_()
+        else:
+            self.outside.append(url)
+            route.abort()
+
+    def open(self, url: str):
+        """A new tab on ``url``, collecting script errors in ``page.errors``."""
+        page = self.context.new_page()
+        page.errors = []
+        page.on("pageerror", lambda err: page.errors.append(str(err)))
+        page.goto(url, wait_until="load")
+        return page
 
     def close(self) -> None:
-        try:
-            self.send("Browser.close")
-        except (RuntimeError, TimeoutError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._cmd_write)
+        self.context.close()
+        self.browser.close()
+        self.playwright.stop()
+        self.server.close()
+
+
+@pytest.fixture(scope="module")
+def browser(site: Path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(
+            f"the browser tests need Chromium at {CHROMIUM}: install Debian's `chromium` package "
+            "(`make browser` does it when run as root)"
+        )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    chromium = Browser(site)
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+def script_errors(page) -> list[str]:  # noqa: ANN001 (a Playwright Page)
+    return [e for e in page.errors if not any(known in e for known in KNOWN_PAGE_ERRORS)]
 
 
 # What each checked page reports about itself, once its images have settled.
 _PAGE_REPORT = """
-(async () => {
+async () => {
   for (const img of document.images) img.loading = "eager";  // lazy images would never load
   await Promise.all(Array.from(document.images, (img) => img.complete ? null :
     new Promise((done) => {
@@ -346,7 +372,7 @@ _PAGE_REPORT = """
       width: img.naturalWidth, height: img.naturalHeight,
       output: img.closest(".cell_output, .output") !== null })),
   };
-})()
+}
 """
 
 
@@ -363,46 +389,366 @@ def source_title(source: Path) -> str:
     raise AssertionError(f"{source} has no '# ' title line")
 
 
-@pytest.fixture(scope="module")
-def browser(site: Path):
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.skip(
-            "the browser test needs Chromium: install Debian's `chromium` package "
-            "(`make browser` does it when run as root)"
-        )
-    server = _Server(site)
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        chromium = Chromium(executable, Path(profile))
-        try:
-            yield chromium, server
-        finally:
-            chromium.close()
-            server.close()
+def wait_for_math(page) -> int:  # noqa: ANN001
+    """Wait for MathJax to typeset the page; return how many formulas it rendered."""
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+    page.evaluate("() => MathJax.startup.promise")
+    return page.locator("mjx-container").count()
 
 
-@pytest.mark.parametrize(("page", "source", "has_plots"), PAGES, ids=[p[0] for p in PAGES])
-def test_page_renders_in_chromium(browser, page: str, source: str, has_plots: bool) -> None:
-    chromium, server = browser
-    failed_before = len(server.failed)
-    session = chromium.new_page()
-    chromium.open(session, server.url + page)
-    report = chromium.evaluate(session, _PAGE_REPORT)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shot = SCREENSHOTS / (page.replace("/", "__").removesuffix(".html") + ".png")
-    chromium.screenshot(session, shot)
+@pytest.mark.parametrize(
+    ("page_name", "source", "has_plots", "has_math"), PAGES, ids=[p[0] for p in PAGES]
+)
+def test_page_renders_in_chromium(
+    browser: Browser, page_name: str, source: str, has_plots: bool, has_math: bool
+) -> None:
+    failed_before, outside_before = len(browser.server.failed), len(browser.outside)
+    page = browser.open(browser.server.url + page_name)
+    report = page.evaluate(_PAGE_REPORT)
+    formulas = wait_for_math(page) if has_math else 0
+    if page_name == MODEL_PAGE:
+        page.wait_for_selector("#gpt-playground[data-state=ready]", timeout=60_000)
+    shot = SCREENSHOTS / (page_name.replace("/", "__").removesuffix(".html") + ".png")
+    page.screenshot(path=str(shot), full_page=True)
 
     title = source_title(ROOT / source)
-    assert report["h1"] == title, f"{page}: expected the heading {title!r}, got {report['h1']!r}"
-    assert title in report["title"], f"{page}: the browser tab title is {report['title']!r}"
+    assert report["h1"] == title, (
+        f"{page_name}: expected the heading {title!r}, got {report['h1']!r}"
+    )
+    assert title in report["title"], f"{page_name}: the browser tab title is {report['title']!r}"
     assert TRACEBACK not in report["text"] and report["tracebacks"] == 0, (
-        f"{page} shows a Python traceback (screenshot: {shot.relative_to(ROOT)})"
+        f"{page_name} shows a Python traceback (screenshot: {shot.relative_to(ROOT)})"
     )
     bad = [img for img in report["images"] if not (img["complete"] and img["width"] > 0)]
-    assert not bad, f"{page}: images that did not load: {bad}"
-    plots = [img for img in report["images"] if img["output"]]
+    assert not bad, f"{page_name}: images that did not load: {bad}"
     if has_plots:
-        assert plots, f"{page} should show plots, but no image sits in a cell output"
-    failed = server.failed[failed_before:]
-    assert not failed, f"{page}: requests the site could not answer: {failed}"
+        assert any(img["output"] for img in report["images"]), f"{page_name} shows no plots"
+    if has_math:
+        assert formulas > 0, f"{page_name}: MathJax rendered no formula"
+    assert not script_errors(page), f"{page_name}: script errors {script_errors(page)}"
+    failed = browser.server.failed[failed_before:]
+    assert not failed, f"{page_name}: requests the site could not answer: {failed}"
+    outside = browser.outside[outside_before:]
+    assert not outside, f"{page_name} requested things outside the site: {outside}"
     assert shot.stat().st_size > 10_000, f"the screenshot {shot} looks empty"
+    page.close()
+
+
+@pytest.mark.parametrize("page_name", ["chapters/03_positional_encoding.html", MODEL_PAGE])
+def test_pages_work_from_file_urls(browser: Browser, page_name: str) -> None:
+    """Opened from a folder on disk: formulas typeset, the model runs, nothing leaves the site."""
+    outside_before = len(browser.outside)
+    page = browser.open(browser.file_url + page_name)
+    if page_name == MODEL_PAGE:
+        page.wait_for_selector("#gpt-playground[data-state=ready]", timeout=60_000)
+        assert page.locator("#gptp-next tr[data-model]").count() == 10
+    else:
+        formulas = wait_for_math(page)
+        assert formulas > 0, f"{page_name} from file://: MathJax rendered no formula"
+        assert page.locator(".gptbook-figure.gptbook-ready").count() > 0
+    assert not script_errors(page), f"{page_name} from file://: {script_errors(page)}"
+    assert not browser.outside[outside_before:], browser.outside[outside_before:]
+    page.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel-free sliders of chapters 3, 5 and 6
+# --------------------------------------------------------------------------------------------
+
+
+def _figure_titles(figure) -> list[str]:  # noqa: ANN001 (a Playwright Locator)
+    return figure.locator(".gptbook-title").all_text_contents()
+
+
+@pytest.mark.parametrize(("page_name", "name", "slider", "presses"), SLIDERS)
+def test_slider_redraws_its_figure(
+    browser: Browser, page_name: str, name: str, slider: str, presses: int
+) -> None:
+    page = browser.open(browser.server.url + page_name)
+    figure = page.locator(f".gptbook-figure[data-figure={name}]")
+    assert figure.count() == 1, (
+        f"{page_name} has no kernel-free slider figure: its chapter needs the markdown cell "
+        f'<div class="gptbook-figure" data-figure="{name}" ...></div> (see gpt-figures.js)'
+    )
+    figure.scroll_into_view_if_needed()
+    page.wait_for_selector(f".gptbook-figure[data-figure={name}].gptbook-ready")
+    before_png, before_state = figure.screenshot(), figure.get_attribute("data-state")
+    before_titles = _figure_titles(figure)
+    handle = figure.locator(f"input.{slider}")
+    handle.focus()
+    for _ in range(abs(presses)):
+        page.keyboard.press("ArrowRight" if presses > 0 else "ArrowLeft")
+    after_state = figure.get_attribute("data-state")
+    shot = SCREENSHOTS / f"slider-{name}-{slider}.png"
+    after_png = figure.screenshot(path=str(shot))
+    assert after_state != before_state, f"{name}: moving {slider} did not change the figure"
+    assert after_png != before_png, f"{name}: moving {slider} left the picture unchanged"
+    assert _figure_titles(figure) != before_titles, f"{name}: the titles did not change"
+    check = {"positional-encoding": _check_positions, "scaling": _check_scaling}
+    check.get(name, _check_temperature)(page, figure, after_state)
+    assert not script_errors(page), script_errors(page)
+    page.close()
+
+
+def _check_positions(page, figure, state: str) -> None:  # noqa: ANN001
+    position, dimension = map(int, state.split(","))
+    T, C = int(figure.get_attribute("data-positions")), int(figure.get_attribute("data-d-model"))
+    table = sinusoidal_positional_encoding(T, C, dtype=torch.float64)
+    row = page.evaluate(f"() => Array.from(GPTBook.sinusoidalPosition({position}, {C}))")
+    torch.testing.assert_close(torch.tensor(row, dtype=torch.float64), table[position])
+    titles = _figure_titles(figure)
+    assert f"The vector of position {position}" in titles
+    wavelength = 2 * math.pi * 10_000 ** ((dimension - dimension % 2) / C)
+    kind = "sin" if dimension % 2 == 0 else "cos"
+    assert f"Dimension {dimension} ({kind}, wavelength {wavelength:.1f}) over positions" in titles
+
+
+def _check_scaling(page, figure, state: str) -> None:  # noqa: ANN001
+    d_k = int(state.split(",")[0])
+    raw, scaled = _figure_titles(figure)
+    assert raw.startswith("softmax(q·k): largest weight")
+    assert scaled.startswith(f"softmax(q·k / √{d_k}): largest weight")
+
+
+def _check_temperature(page, figure, state: str) -> None:  # noqa: ANN001
+    tau = float(state)
+    scores = torch.tensor(json.loads(figure.get_attribute("data-scores")), dtype=torch.float64)
+    weights = torch.softmax(scores / tau, dim=-1)
+    entropy = -(weights * weights.log()).sum()
+    (title,) = _figure_titles(figure)
+    expected = f"largest weight {weights.max():.2f}, entropy {entropy:.2f}"
+    assert expected in title, f"τ = {tau}: expected {expected!r} in {title!r}"
+    assert tau < 1, "the slider was moved to a lower temperature"
+
+
+# --------------------------------------------------------------------------------------------
+# "Try the model"
+# --------------------------------------------------------------------------------------------
+
+
+def covered_prompts(corpus: str, tokenizer: Tokenizer) -> list[str]:
+    """Fixed prompts the vocabulary covers: two short ones and lines of the textbook (some longer
+    than the 16-token window)."""
+    lines = [line.strip() for line in corpus.splitlines() if 60 < len(line.strip()) < 300]
+    candidates = ["A good salesperson builds trust with the customer", "Sales"]
+    candidates += lines[:: max(1, len(lines) // 12)]
+    prompts = []
+    for prompt in candidates:
+        ids = tokenizer.encoding.encode_ordinary(prompt)
+        if all(i in tokenizer.vocab for i in ids):  # a line alone may split unlike in context
+            prompts.append(prompt)
+    assert len(prompts) >= 5 and prompts[0] == candidates[0], prompts
+    return prompts[:6]
+
+
+@pytest.fixture(scope="module")
+def model_page(browser: Browser):
+    page = browser.open(browser.server.url + MODEL_PAGE)
+    page.wait_for_selector("#gpt-playground[data-state=ready]", timeout=60_000)
+    yield page
+    page.close()
+
+
+def type_prompt(page, text: str) -> dict:  # noqa: ANN001
+    """Type a prompt like a reader and return what the page computed for it."""
+    updates = int(page.get_attribute("#gpt-playground", "data-updates") or 0)
+    page.fill("#gptp-prompt", text)
+    page.wait_for_function(
+        f"() => Number(document.getElementById('gpt-playground').dataset.updates) > {updates}"
+    )
+    shown = page.eval_on_selector_all(
+        "#gptp-tokens .gptp-token", "els => els.map((e) => Number(e.dataset.cl100k))"
+    )
+    result = page.evaluate(
+        "() => { const r = GPTBook.playground.result;"
+        " return {cl100k: r.tokens.map((t) => t.cl100k),"
+        " model: r.tokens.map((t) => t.model ?? null),"
+        " logits: r.logits, unknown: r.unknown.map((t) => t.text)}; }"
+    )
+    result["shown"] = shown
+    return result
+
+
+def test_model_page_matches_tiktoken_and_pytorch(
+    model_page, web_checkpoint: Path, tokenizer: Tokenizer, corpus_text: str
+) -> None:
+    model = load_checkpoint(web_checkpoint).model
+    T = model.config.context_length
+    largest = 0.0
+    for prompt in covered_prompts(corpus_text, tokenizer):
+        result = type_prompt(model_page, prompt)
+        expected = tokenizer.encoding.encode_ordinary(prompt)
+        assert result["cl100k"] == expected and result["shown"] == expected, prompt
+        model_ids = tokenizer.encode(prompt)
+        assert result["model"] == model_ids, prompt
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([model_ids[-T:]]))  # (1, T, V)
+        page_logits = torch.tensor(result["logits"], dtype=torch.float64)
+        difference = (page_logits - logits[0].double()).abs().max().item()
+        largest = max(largest, difference)
+        assert difference < LOGIT_TOLERANCE, f"{prompt!r}: logits differ by {difference:.2e}"
+    _record(largest_logit_difference=largest)
+
+
+def test_model_page_attention_and_next_token(model_page, web_checkpoint: Path, tokenizer) -> None:
+    model = load_checkpoint(web_checkpoint).model
+    prompt = "A good salesperson builds trust with the customer"
+    type_prompt(model_page, prompt)
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    expected = model.attention_weights(ids)[:, 0]  # (n_blocks, H, T, T)
+    page_weights = torch.tensor(
+        model_page.evaluate(
+            "() => GPTBook.playground.result.attention"
+            ".map((b) => b.map((h) => h.map((r) => Array.from(r))))"
+        ),
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(page_weights, expected.double(), atol=1e-5, rtol=0)
+    heatmap = model_page.locator("#gptp-attention")
+    before = heatmap.inner_html()
+    model_page.select_option("#gptp-block", str(model.config.n_blocks - 1))
+    model_page.select_option("#gptp-head", "2")
+    assert heatmap.inner_html() != before, "choosing a block and head did not redraw the map"
+    heatmap.screenshot(path=str(SCREENSHOTS / "model-attention.png"))
+    # the temperature slider: the top probability is softmax(logits / τ) of PyTorch's logits
+    slider = model_page.locator("#gptp-temperature")
+    slider.focus()
+    for _ in range(6):
+        model_page.keyboard.press("ArrowLeft")
+    tau = model_page.evaluate("() => GPTBook.playground.temperatureNow")
+    assert model_page.inner_text("#gptp-temperature-value") == f"{tau:.2f}" and tau < 1
+    with torch.no_grad():
+        logits, _ = model(ids)
+    probs = torch.softmax(logits[0, -1].double() / tau, dim=-1)  # float64, as the page
+    top = model_page.locator("#gptp-next tr[data-model]").first
+    assert int(top.get_attribute("data-model")) == int(probs.argmax())
+    assert top.locator("td").nth(1).inner_text() == f"{probs.max():.3f}"
+    model_page.locator("#gptp-next").screenshot(path=str(SCREENSHOTS / "model-next-token.png"))
+
+
+def test_model_page_generates_like_gptlib(model_page, web_checkpoint: Path, tokenizer) -> None:
+    model = load_checkpoint(web_checkpoint).model
+    prompt = "A good salesperson builds trust with the customer"
+    type_prompt(model_page, prompt)
+    model_page.fill("#gptp-steps", "20")
+    model_page.fill("#gptp-gen-temperature", "0")  # greedy: no randomness to compare
+    model_page.click("#gptp-generate")
+    text = model_page.text_content("#gptp-output strong")
+    ids = tokenizer.encode(prompt)
+    with torch.no_grad():
+        for _ in range(20):
+            logits, _ = model(torch.tensor([ids[-model.config.context_length :]]))
+            ids.append(int(logits[0, -1].argmax()))
+    assert text == tokenizer.decode(ids[-20:]), "greedy generation differs from PyTorch's"
+    # sampling: 60 new tokens at temperature 0.8, top-k 10; same seed, same text
+    model_page.fill("#gptp-steps", "60")
+    model_page.fill("#gptp-gen-temperature", "0.8")
+    model_page.click("#gptp-generate")
+    first = model_page.text_content("#gptp-output strong")
+    model_page.click("#gptp-generate")
+    assert first and model_page.text_content("#gptp-output strong") == first
+    timings = model_page.evaluate("() => GPTBook.playground.timings")
+    model_page.locator("#gpt-playground").screenshot(path=str(SCREENSHOTS / "model-playground.png"))
+    _record(
+        time_to_first_prediction_ms=round(timings["firstPrediction"]),
+        generation_tokens_per_second=round(timings["tokensPerSecond"], 1),
+    )
+
+
+def test_model_page_names_unknown_tokens(model_page, tokenizer: Tokenizer) -> None:
+    prompt = "The sales team studied quantum chromodynamics"
+    expected = tokenizer.encoding.encode_ordinary(prompt)
+    unknown = [t for t in expected if t not in tokenizer.vocab]
+    assert unknown, "the test prompt should hold tokens outside the vocabulary"
+    result = type_prompt(model_page, prompt)
+    assert result["cl100k"] == expected and result["logits"] is None
+    message = model_page.inner_text("#gptp-unknown")
+    for token in unknown:
+        assert f"cl100k id {token}" in message
+        assert tokenizer.encoding.decode([token]).replace(" ", "␣") in message
+    model_page.locator("#gpt-playground section").first.screenshot(
+        path=str(SCREENSHOTS / "model-unknown-tokens.png")
+    )
+
+
+def fuzz_texts(corpus: str, n: int = 400) -> list[str]:
+    """Texts that exercise every branch of cl100k's split pattern."""
+    pieces = [
+        "a", "B", "é", "ß", "ſ", "'s", "'S", "'ll", "'RE", "'ve", "'d", "'x", "’", "'", " ", "  ",
+        "\n", "\n\n", "\r\n", "\t", "\u00a0", "\u0085", "\ufeff", "\u3000", "\u2028", "1", "23",
+        "4567", "٣", "½", "Ⅻ", "!", "?!", "...", "—", "中文", "日本語", "😀", "👍🏽", "\u200b", "$",
+        "(", ")", "#", "@", "x", "the", " the", "The", "sales", " process", "don't", "I'M", "\x00",
+    ]  # fmt: skip
+    rng = random.Random(0)
+    texts = ["", " ", "\n", "hello   ", "a\n  \n b", "   leading", "x  \n"]
+    for _ in range(n):
+        texts.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 25))))
+    for _ in range(n // 4):
+        start = rng.randrange(len(corpus) - 400)
+        texts.append(corpus[start : start + rng.randint(1, 400)])
+    return texts
+
+
+def test_page_tokenizer_matches_tiktoken(model_page, corpus_text: str, cl100k) -> None:
+    texts = fuzz_texts(corpus_text)
+    got = model_page.evaluate(
+        "(texts) => texts.map((t) => GPTBook.playground.tokenizer.encode(t))", texts
+    )
+    wrong = [(t, g) for t, g in zip(texts, got, strict=True) if g != cl100k.encode_ordinary(t)]
+    assert not wrong, f"{len(wrong)} texts tokenized unlike tiktoken, e.g. {wrong[:3]}"
+    decoded = model_page.evaluate(
+        "(texts) => texts.map((t) => GPTBook.playground.tokenizer.decode("
+        "GPTBook.playground.tokenizer.encode(t)))",
+        texts,
+    )
+    assert decoded == texts
+
+
+def test_page_model_handles_other_configs(model_page, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    """Learned positions, unscaled embeddings, GELU, post-LN, no biases, a tied output layer: same
+    logits as PyTorch."""
+    variants = [
+        dict(positions="learned", activation="gelu", norm="post", bias=False, tie_embeddings=True),
+        dict(scale_embeddings=False),
+        dict(activation="gelu_tanh", final_norm=False, n_heads=2),
+    ]
+    ids = tokenizer.encode("A good salesperson builds trust with the customer")
+    for i, variant in enumerate(variants):
+        config = GPTConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_blocks=2, **variant)
+        torch.manual_seed(i)
+        model = GPT(config).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.3)  # weights big enough to give logits of a few units
+            logits, _ = model(torch.tensor([ids]))
+        path = save_checkpoint(tmp_path / f"variant{i}.pt", model, vocab=tokenizer.vocab)
+        payload = _exporter().model_payload(path)
+        page_logits = model_page.evaluate(
+            "([data, ids]) => new GPTBook.GPTModel(data).forward(ids)"
+            ".logits.map((r) => Array.from(r))",
+            [payload, ids],
+        )
+        difference = (torch.tensor(page_logits) - logits[0].double()).abs().max().item()
+        assert difference < LOGIT_TOLERANCE, f"{variant}: logits differ by {difference:.2e}"
+
+
+def test_model_page_without_a_model(browser: Browser, tmp_path: Path) -> None:
+    """A build without chapter 10's checkpoint: the page says what to do."""
+    _exporter().write_missing(tmp_path, tmp_path / "checkpoint.pt")
+    page = browser.context.new_page()
+    page.errors = []
+    page.route("**/web-model/model.js", lambda route: route.fulfill(path=tmp_path / "model.js"))
+    page.goto(browser.server.url + MODEL_PAGE)
+    page.wait_for_selector("#gpt-playground[data-state=missing]")
+    assert "Run chapter 10" in page.inner_text("#gptp-missing")
+    page.close()
+
+
+def _record(**numbers) -> None:
+    """Add measured numbers to _build/screenshots/model-page.json (for the report)."""
+    path = SCREENSHOTS / "model-page.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(numbers)
+    web = HTML / "_static" / "web-model"
+    data["exported_bytes"] = {p.name: p.stat().st_size for p in sorted(web.glob("*.js"))}
+    path.write_text(json.dumps(data, indent=2) + "\n")

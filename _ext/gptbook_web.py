@@ -1,0 +1,54 @@
+"""The book's interactive pages, as a small local Sphinx extension (listed in ``_config.yml``).
+
+* The scripts and style sheet of ``_static/interactive/`` (the kernel-free sliders of chapters 3,
+  5 and 6 in ``gpt-figures.js``; the "Try the model" page in ``gpt-tokenizer.js``,
+  ``gpt-model.js`` and ``gpt-playground.js``) need no code here: Jupyter Book adds every ``.js``
+  and ``.css`` file under ``_static/`` to every page, in no fixed order, so each script only
+  defines functions when it loads and starts its work once the page is parsed.
+* After every HTML build, exports the model trained in chapter 10 into
+  ``<html>/_static/web-model/`` with ``tools/export_web_model.py``. The checkpoint is the config
+  value ``gptbook_web_checkpoint`` (default ``chapters/runs/ch10/checkpoint.pt``, relative to the
+  book's folder). Without it, the page says to run chapter 10 first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT = "chapters/runs/ch10/checkpoint.pt"
+
+
+def _exporter(srcdir: Path):
+    """tools/export_web_model.py, imported from the book's folder."""
+    path = srcdir / "tools" / "export_web_model.py"
+    spec = importlib.util.spec_from_file_location("export_web_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def export_model(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    srcdir = Path(app.srcdir)
+    checkpoint = srcdir / app.config.gptbook_web_checkpoint
+    out_dir = Path(app.outdir) / "_static" / "web-model"
+    exporter = _exporter(srcdir)
+    if not checkpoint.is_file():
+        exporter.write_missing(out_dir, checkpoint)
+        logger.info(f"gptbook_web: no {checkpoint}; the model page will ask to run chapter 10")
+        return
+    sizes = exporter.export(checkpoint, out_dir)
+    logger.info(f"gptbook_web: exported {checkpoint} for the model page: {sizes}")
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_config_value("gptbook_web_checkpoint", DEFAULT_CHECKPOINT, "html")
+    app.connect("build-finished", export_model)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
