@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from gptlib.checkpoint import load_checkpoint
+from gptlib.data import atomic_write_bytes
 from gptlib.tokenizer import get_encoding
 
 FORMAT = "gptbook-web-model"
@@ -59,7 +60,7 @@ CONFIG_KEYS = (
 def _js_file(path: Path, global_name: str, payload: dict) -> int:
     """Write ``window.<global_name> = <payload as JSON>;`` and return the file's size."""
     text = f"window.{global_name} = {json.dumps(payload, separators=(',', ':'))};\n"
-    path.write_text(text, encoding="utf-8")
+    atomic_write_bytes(path, text.encode("utf-8"))  # a reader never sees half a file
     return path.stat().st_size
 
 
