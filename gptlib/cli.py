@@ -18,10 +18,11 @@ import sys
 from typing import Any, NoReturn, TypeVar
 
 from gptlib import distributed
-from gptlib.config import ACTIVATIONS, LR_SCHEDULES, NORMS, POSITIONS
+from gptlib.config import ACTIVATIONS, LR_SCHEDULES, NORM_TYPES, NORMS, POSITIONS
 
 CHOICES = {
     "norm": NORMS,
+    "norm_type": NORM_TYPES,
     "positions": POSITIONS,
     "activation": ACTIVATIONS,
     "lr_schedule": LR_SCHEDULES,

@@ -14,8 +14,12 @@ from dataclasses import asdict, dataclass
 import torch
 
 NORMS = ("pre", "post")  # where LayerNorm sits relative to the residual add (chapter 8)
-POSITIONS = ("sinusoidal", "learned")  # fixed sin/cos table (chapter 3) or a trained table
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")  # the feed-forward non-linearity (chapter 8)
+NORM_TYPES = ("layernorm", "rmsnorm")  # LayerNorm (chapter 8) or RMSNorm (chapter 13)
+# a fixed sin/cos table added to the tokens (chapter 3), a trained table, or rotary position
+# embeddings that turn queries and keys inside attention (chapter 13)
+POSITIONS = ("sinusoidal", "learned", "rope")
+# the feed-forward non-linearity (chapter 8); "swiglu" is the gated network of chapter 13
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 LR_SCHEDULES = ("constant", "cosine")  # chapter 10
 
 
@@ -47,42 +51,73 @@ class GPTConfig:
     d_model: int = 64  # C: width of every token vector
     n_heads: int = 4  # H: attention heads; head size is d_model // n_heads
     n_blocks: int = 8  # transformer blocks stacked on top of each other
-    ffn_mult: int = 4  # feed-forward hidden width = ffn_mult * d_model
+    ffn_mult: int = 4  # feed-forward hidden width = ffn_mult * d_model (see d_ff)
+    ffn_hidden: int = 0  # 0: the width follows from ffn_mult; else the exact hidden width
+    n_kv_heads: int = 0  # heads of keys and values: 0 = n_heads; fewer = grouped-query attention
     dropout: float = 0.1
     norm: str = "pre"  # one of NORMS
+    norm_type: str = "layernorm"  # one of NORM_TYPES
     positions: str = "sinusoidal"  # one of POSITIONS
+    rope_base: float = 10_000.0  # RoPE's base: pair i turns by position * base^(-2i/head_size)
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model), as in the 2017 paper
     activation: str = "relu"  # one of ACTIVATIONS
     bias: bool = True  # biases in Linear and LayerNorm layers
     tie_embeddings: bool = False  # share the token embedding with the output projection
     final_norm: bool = True  # a LayerNorm after the last block (needed with pre-LN)
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float = 1e-5  # the epsilon of LayerNorm or RMSNorm
     fused_attention: bool = False  # F.scaled_dot_product_attention instead of the book's steps
 
     def __post_init__(self) -> None:
         sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult")
         problems = _positive_ints(self, sizes)
-        if not problems and self.d_model % self.n_heads != 0:
-            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]
-            problems.append(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) so that "
-                f"every head gets the same size; try n_heads in {divisors}"
-            )
+        problems += _positive_ints(self, ("ffn_hidden", "n_kv_heads"), minimum=0)
+        if not problems:
+            problems += self._head_problems()
         if not 0.0 <= self.dropout < 1.0:
             problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        allowed = {"norm": NORMS, "positions": POSITIONS, "activation": ACTIVATIONS}
-        problems += _choices(self, allowed)
+        allowed = {"norm": NORMS, "norm_type": NORM_TYPES, "positions": POSITIONS}
+        problems += _choices(self, allowed | {"activation": ACTIVATIONS})
         if self.positions == "sinusoidal" and not problems and self.d_model % 2:
             problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.positions == "rope" and not problems and self.head_size % 2:
+            problems.append(f"RoPE turns pairs of numbers: head size {self.head_size} must be even")
+        if not (math.isfinite(self.rope_base) and self.rope_base > 1.0):
+            problems.append(f"rope_base must be a number > 1, got {self.rope_base}")
         if problems:
             raise ValueError("invalid GPTConfig: " + "; ".join(problems))
+
+    def _head_problems(self) -> list[str]:
+        if self.d_model % self.n_heads != 0:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]
+            return [
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) so that "
+                f"every head gets the same size; try n_heads in {divisors}"
+            ]
+        if self.n_heads % self.kv_heads:
+            divisors = [g for g in range(1, self.n_heads + 1) if self.n_heads % g == 0]
+            return [
+                f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}) so that "
+                f"every key/value head serves the same number of query heads; try {divisors}"
+            ]
+        return []
 
     @property
     def head_size(self) -> int:
         return self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Heads of keys and values: n_kv_heads, or n_heads when it is 0 (chapter 13)."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
     def d_ff(self) -> int:
+        """The feed-forward hidden width. SwiGLU has three matrices instead of two, so by default
+        its width is 2/3 of ffn_mult * d_model, which keeps the parameter count (chapter 13)."""
+        if self.ffn_hidden:
+            return self.ffn_hidden
+        if self.activation == "swiglu":
+            return round(2 * self.ffn_mult * self.d_model / 3)
         return self.ffn_mult * self.d_model
 
     def to_dict(self) -> dict:

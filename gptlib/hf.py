@@ -1,4 +1,5 @@
-"""The bridge to GPT-2: gptlib's ``GPT`` with the right switches *is* OpenAI's GPT-2.
+"""The bridge to Hugging Face: gptlib's ``GPT`` with the right switches *is* OpenAI's GPT-2
+(chapter 12) or a Llama (chapter 13, the Llama half lives in :mod:`gptlib.hf_llama`).
 
 GPT-2 is a pre-LN decoder with learned positions, GELU (tanh approximation), biases everywhere,
 a final LayerNorm and an output layer tied to the token embedding. :func:`gpt2_config` flips
@@ -9,6 +10,9 @@ between Hugging Face's ``GPT2LMHeadModel`` and gptlib's ``GPT``:
 * :func:`state_dict_from_hf` / :func:`state_dict_to_hf` rename and reshape the tensors,
 * :func:`from_hf` / :func:`to_hf` convert whole models,
 * :func:`from_pretrained` loads the real GPT-2 weights from a local folder or the Hub.
+
+Each of these also accepts a Llama model, configuration or folder (``LlamaForCausalLM``, or a
+``GPTConfig`` with rotary positions, see :func:`llama_config`) and hands it to the Llama bridge.
 
 Two details of the Hugging Face layout matter. Its linear layers are ``Conv1D`` modules whose
 weight is stored as ``(in_features, out_features)``, the transpose of ``nn.Linear``'s; and its
@@ -21,6 +25,7 @@ the functions that need it, so ``import gptlib`` (and this module) never loads i
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -30,6 +35,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gptlib import hf_llama
+from gptlib.hf_common import (  # re-exported: gptlib.hf is the front door
+    CONFIG_FILE,
+    RUNTIME_FIELDS,
+    WEIGHT_FILES,
+    PretrainedUnavailableError,
+    build_model,
+    check_local_dir,
+    check_runtime_overrides,
+    check_state_dict,
+    import_transformers,
+    looks_like_path,
+    unavailable_message,
+)
+from gptlib.hf_llama import check_llama_compatible, is_llama_config, llama_config
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
 
@@ -44,9 +64,6 @@ HUB_ALIASES: dict[str, str] = {
     "gpt2-large": "openai-community/gpt2-large",
     "gpt2-xl": "openai-community/gpt2-xl",
 }
-# What a local folder must hold: the configuration and the weights (one of the weight files).
-CONFIG_FILE = "config.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 GPT2_VOCAB_SIZE = 50_257  # 50,000 merges + 256 byte tokens + <|endoftext|>
 GPT2_EOT_ID = 50_256  # id of <|endoftext|>, GPT-2's only special token
 
@@ -61,13 +78,14 @@ _ACTIVATIONS_FROM_HF = {
     "relu": "relu",
 }
 _ACTIVATIONS_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
-# GPTConfig fields that do not change any tensor's shape, so they may differ from the checkpoint
-RUNTIME_FIELDS = ("dropout", "fused_attention")
-
-
-class PretrainedUnavailableError(RuntimeError):
-    """Pretrained weights are neither on disk nor downloadable (for instance offline)."""
-
+__all__ = [
+    "CONFIG_FILE",
+    "RUNTIME_FIELDS",
+    "WEIGHT_FILES",
+    "PretrainedUnavailableError",
+    "check_llama_compatible",
+    "llama_config",
+]
 
 # --------------------------------------------------------------------------------------------
 # Configuration
@@ -126,11 +144,17 @@ def check_gpt2_compatible(config: GPTConfig) -> None:
 
 
 def config_from_hf(hf_config: GPT2Config, **overrides: Any) -> GPTConfig:
-    """Translate a Hugging Face ``GPT2Config`` into a :class:`GPTConfig` (fields overridable)."""
+    """Translate a Hugging Face ``GPT2Config`` (or ``LlamaConfig``) into a :class:`GPTConfig`
+    (fields overridable)."""
     c = hf_config
     model_type = getattr(c, "model_type", None)
+    if model_type == "llama":
+        return hf_llama.llama_config_from_hf(c, **overrides)
     if model_type != "gpt2":
-        raise ValueError(f"expected a GPT-2 configuration (model_type 'gpt2'), got {model_type!r}")
+        raise ValueError(
+            f"expected a GPT-2 or Llama configuration (model_type 'gpt2' or 'llama'), got "
+            f"{model_type!r}"
+        )
     problems = []
     if not c.scale_attn_weights:
         problems.append("scale_attn_weights=False (gptlib always divides scores by sqrt(d_k))")
@@ -175,13 +199,16 @@ def config_from_hf(hf_config: GPT2Config, **overrides: Any) -> GPTConfig:
 
 
 def config_to_hf(config: GPTConfig, attn_implementation: str | None = None) -> GPT2Config:
-    """Translate a GPT-2-compatible :class:`GPTConfig` into a Hugging Face ``GPT2Config``.
+    """Translate a GPT-2-compatible :class:`GPTConfig` into a Hugging Face ``GPT2Config`` (a
+    configuration with rotary positions into a ``LlamaConfig``).
 
     ``attn_implementation`` ("eager", "sdpa", ...) picks Hugging Face's attention code; left out,
     transformers chooses.
     """
+    if is_llama_config(config):
+        return hf_llama.llama_config_to_hf(config, attn_implementation)
     check_gpt2_compatible(config)
-    GPT2Config = _import_transformers().GPT2Config
+    GPT2Config = import_transformers().GPT2Config
     # <|endoftext|> only exists in a vocabulary as large as GPT-2's
     eot = GPT2_EOT_ID if config.vocab_size > GPT2_EOT_ID else None
     hf_config = GPT2Config(
@@ -213,38 +240,6 @@ def config_to_hf(config: GPTConfig, attn_implementation: str | None = None) -> G
 def _is_hf_buffer(key: str) -> bool:
     """The causal-mask buffers older GPT-2 checkpoints store; they are not parameters."""
     return key.endswith((".attn.bias", ".attn.masked_bias"))
-
-
-def _expected_shapes(config: GPTConfig) -> dict[str, torch.Size]:
-    """Every tensor gptlib's GPT has for ``config``, built on the meta device (no memory)."""
-    with torch.device("meta"):
-        reference = GPT(config)
-    return {k: v.shape for k, v in reference.state_dict().items()}
-
-
-def _check_state_dict(sd: Mapping[str, torch.Tensor], config: GPTConfig, what: str) -> None:
-    expected = _expected_shapes(config)
-    missing = sorted(set(expected) - set(sd))
-    unexpected = sorted(set(sd) - set(expected))
-    wrong = [
-        f"{k}: {tuple(sd[k].shape)} instead of {tuple(s)}"
-        for k, s in expected.items()
-        if k in sd and sd[k].shape != s
-    ]
-    if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:6]}{' ...' if len(missing) > 6 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}")
-        if wrong:
-            parts.append("wrong shapes: " + "; ".join(wrong[:6]))
-        raise ValueError(
-            f"{what} does not match the configuration ({config.n_blocks} blocks, d_model "
-            f"{config.d_model}, vocab {config.vocab_size}, context {config.context_length}): "
-            + "; ".join(parts)
-            + ". Build the configuration from the checkpoint with config_from_hf(...)."
-        )
 
 
 def name_map(n_blocks: int) -> list[tuple[str, str, bool]]:
@@ -297,8 +292,11 @@ def state_dict_from_hf(
     ``GPT2Model`` / OpenAI's original checkpoint (``h.0...``, no output layer); the causal-mask
     buffers old checkpoints carry are skipped. Conv1D weights (in, out) are transposed to
     ``nn.Linear``'s (out, in) and ``c_attn`` is split into ``W_q``, ``W_k``, ``W_v``. Tensors
-    that need no reshaping are returned as they are (not copied).
+    that need no reshaping are returned as they are (not copied). A Llama configuration reads
+    ``LlamaForCausalLM``'s keys instead.
     """
+    if is_llama_config(config):
+        return hf_llama.llama_state_dict_from_hf(hf_state_dict, config)
     check_gpt2_compatible(config)
     src = _hf_source(hf_state_dict)
     unused = set(src)
@@ -327,7 +325,7 @@ def state_dict_from_hf(
             f"the Hugging Face state dict has tensors gptlib does not know: {extra[:6]}"
             f"{' ...' if len(extra) > 6 else ''}; is it a plain GPT-2 language model?"
         )
-    _check_state_dict(out, config, "the converted state dict")
+    check_state_dict(out, config, "the converted state dict")
     return out
 
 
@@ -348,9 +346,11 @@ def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
     """gptlib ``GPT`` weights under ``GPT2LMHeadModel``'s keys and Conv1D layout (new tensors).
 
     The output layer appears as ``lm_head.weight`` (tied: the token embedding again), as in
-    ``GPT2LMHeadModel.state_dict()``.
+    ``GPT2LMHeadModel.state_dict()``. A Llama-style model gets ``LlamaForCausalLM``'s keys.
     """
     config = model.config
+    if is_llama_config(config):
+        return hf_llama.llama_state_dict_to_hf(model)
     check_gpt2_compatible(config)
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     out = {}
@@ -372,47 +372,31 @@ def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
 
 
 def from_hf(hf_model: GPT2LMHeadModel | Any, **overrides: Any) -> GPT:
-    """A gptlib ``GPT`` with the weights of a Hugging Face ``GPT2LMHeadModel`` (copied).
+    """A gptlib ``GPT`` with the weights of a Hugging Face ``GPT2LMHeadModel`` or
+    ``LlamaForCausalLM`` (copied).
 
     Only :data:`RUNTIME_FIELDS` (``dropout``, ``fused_attention``) may be overridden. The new
     model has the Hugging Face model's dtype, device and train/eval mode.
     """
-    bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
-    if bad:
-        raise ValueError(
-            f"from_hf can only override {RUNTIME_FIELDS}, got {bad}: the other fields are fixed "
-            "by the checkpoint's tensor shapes"
-        )
+    if getattr(hf_model.config, "model_type", None) == "llama":
+        return hf_llama.llama_from_hf(hf_model, **overrides)
+    check_runtime_overrides(overrides)
     config = config_from_hf(hf_model.config, **overrides)
     sd = state_dict_from_hf(hf_model.state_dict(), config)
-    copies: dict[int, torch.Tensor] = {}  # a tied tensor is copied once
-    for key, value in sd.items():
-        if id(value) not in copies:
-            copies[id(value)] = value.detach().clone()
-        sd[key] = copies[id(value)]
-    with torch.device("meta"):  # no time spent on a random initialisation we would overwrite
-        model = GPT(config)
-    model.load_state_dict(sd, strict=True, assign=True)
-    if config.tie_embeddings:  # assign=True made two Parameters; share one again
-        model.lm_head.weight = model.token_embedding.weight
-    _check_no_meta(model)
-    return model.train(hf_model.training)
-
-
-def _check_no_meta(model: GPT) -> None:
-    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
-    if left:
-        raise RuntimeError(f"internal error: tensors left uninitialised after loading: {left[:6]}")
+    return build_model(config, sd, hf_model.training)
 
 
 def to_hf(model: GPT, attn_implementation: str | None = None) -> GPT2LMHeadModel:
     """A Hugging Face ``GPT2LMHeadModel`` with the weights of a gptlib ``GPT`` (copied).
 
-    The model must use GPT-2's switches (see :func:`gpt2_config`); the result has the same dtype,
-    device and train/eval mode.
+    The model must use GPT-2's switches (see :func:`gpt2_config`), or Llama's (see
+    :func:`llama_config`; the result is then a ``LlamaForCausalLM``). The result has the same
+    dtype, device and train/eval mode.
     """
+    if is_llama_config(model.config):
+        return hf_llama.llama_to_hf(model, attn_implementation)
     hf_config = config_to_hf(model.config, attn_implementation)
-    GPT2LMHeadModel = _import_transformers().GPT2LMHeadModel
+    GPT2LMHeadModel = import_transformers().GPT2LMHeadModel
     first = next(model.parameters())
     hf_model = GPT2LMHeadModel(hf_config)
     hf_model.load_state_dict(state_dict_to_hf(model), strict=True)
@@ -426,60 +410,21 @@ def to_hf(model: GPT, attn_implementation: str | None = None) -> GPT2LMHeadModel
 # --------------------------------------------------------------------------------------------
 
 
-def _import_transformers():
+_CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}  # what from_pretrained reads
+
+
+def _model_class(path: Path):
+    """The transformers class for the checkpoint in the folder ``path``, from its config.json."""
     try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(
-            "gptlib.hf needs the Hugging Face 'transformers' package, which is not installed: "
-            "pip install 'gptlib[hf]' (or pip install transformers)"
-        ) from err
-    return transformers
-
-
-def _looks_like_path(name: str) -> bool:
-    """A Hub id is 'name' or 'owner/name'; anything else we read as a (missing) folder."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
-
-
-def _check_local_dir(path: Path) -> None:
-    missing = []
-    if not (path / CONFIG_FILE).is_file():
-        missing.append(CONFIG_FILE)
-    if not any((path / f).is_file() for f in WEIGHT_FILES):
-        missing.append(" or ".join(WEIGHT_FILES[:2]))
-    if missing:
-        raise PretrainedUnavailableError(
-            f"the folder {path} does not hold a GPT-2 checkpoint: missing {', '.join(missing)}. "
-            f"It needs {CONFIG_FILE} and model.safetensors, for example from "
-            f"https://huggingface.co/{GPT2_REPO_ID}/tree/main or from "
-            "GPT2LMHeadModel.save_pretrained(folder)."
+        model_type = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError) as err:
+        raise PretrainedUnavailableError(f"cannot read {path / CONFIG_FILE}: {err}") from err
+    if model_type not in _CLASSES:
+        raise ValueError(
+            f"{path / CONFIG_FILE} describes a {model_type!r} model; gptlib reads GPT-2 ('gpt2') "
+            "and Llama-architecture ('llama') checkpoints"
         )
-
-
-def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike | None) -> str:
-    from huggingface_hub import constants
-
-    cache = os.fspath(cache_dir) if cache_dir is not None else constants.HF_HUB_CACHE
-    offline = " (offline mode: HF_HUB_OFFLINE=1)" if constants.is_offline_mode() else ""
-    asked = f"'{name}', that is '{repo_id}'" if name != repo_id else f"'{repo_id}'"
-    url = f"https://huggingface.co/{repo_id}"
-    files = f"{CONFIG_FILE} model.safetensors"
-    cache_opt = f" --cache-dir {cache}" if cache_dir is not None else ""
-    return (
-        f"could not load the pretrained weights {asked}: they are not in the Hugging Face cache "
-        f"({cache}) and could not be downloaded{offline}.\n"
-        f"Two files from {url} are needed: {CONFIG_FILE} and model.safetensors "
-        "(about 0.5 GB for the 124M GPT-2). Any one of these works:\n"
-        f"  1. with internet access, call from_pretrained({name!r}) again, or fill the cache "
-        f"first with\n       hf download {repo_id} {files}{cache_opt}\n"
-        "     (older huggingface_hub: huggingface-cli download ...); offline runs then find them;\n"
-        "  2. on another machine with internet access, run\n"
-        f"       hf download {repo_id} {files} --local-dir gpt2-weights\n"
-        "     copy the gpt2-weights folder here and call from_pretrained('gpt2-weights');\n"
-        f"  3. download {url}/resolve/main/{CONFIG_FILE} and {url}/resolve/main/model.safetensors "
-        "into one folder yourself and pass that folder's path."
-    )
+    return getattr(import_transformers(), _CLASSES[model_type])
 
 
 def from_pretrained(
@@ -489,40 +434,45 @@ def from_pretrained(
     local_files_only: bool | None = None,
     **overrides: Any,
 ) -> GPT:
-    """The real GPT-2 weights as a gptlib ``GPT`` in eval mode.
+    """Pretrained GPT-2 (or Llama-architecture) weights as a gptlib ``GPT`` in eval mode.
 
     ``name_or_dir`` is either a folder holding ``config.json`` and ``model.safetensors`` (what
-    ``save_pretrained`` or ``hf download --local-dir`` write) or a Hub id such as ``"gpt2"``
-    (an alias of ``openai-community/gpt2``). Hub ids are looked up in the Hugging Face cache
-    (``cache_dir`` or the default) and downloaded when online; with ``local_files_only=True``,
-    or ``HF_HUB_OFFLINE=1``, nothing is downloaded. When the weights cannot be had this raises
-    :class:`PretrainedUnavailableError`, saying which files to get and where to put them.
+    ``save_pretrained`` or ``hf download --local-dir`` write; GPT-2 or Llama, read from
+    ``config.json``) or a Hub id such as ``"gpt2"`` (an alias of ``openai-community/gpt2``;
+    other ids are read as Llama-architecture repositories). Hub ids are looked up in the Hugging
+    Face cache (``cache_dir`` or the default) and downloaded when online; with
+    ``local_files_only=True``, or ``HF_HUB_OFFLINE=1``, nothing is downloaded. When the weights
+    cannot be had this raises :class:`PretrainedUnavailableError`, saying which files to get and
+    where to put them.
     ``overrides`` may set ``dropout`` or ``fused_attention``.
     """
-    transformers = _import_transformers()
+    transformers = import_transformers()
     name = os.fspath(name_or_dir)
     path = Path(name).expanduser()
     if path.is_dir():
-        _check_local_dir(path)
-        hf_model = transformers.GPT2LMHeadModel.from_pretrained(path, local_files_only=True)
+        check_local_dir(path, GPT2_REPO_ID)
+        hf_model = _model_class(path).from_pretrained(path, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"
         )
-    elif _looks_like_path(name):
+    elif looks_like_path(name):
         raise PretrainedUnavailableError(
             f"the folder {name} does not exist; pass a folder holding {CONFIG_FILE} and "
             f"model.safetensors, or a Hub id such as 'gpt2'"
         )
     else:
         repo_id = HUB_ALIASES.get(name, name)
+        gpt2 = repo_id in HUB_ALIASES.values()
+        cls = transformers.GPT2LMHeadModel if gpt2 else transformers.LlamaForCausalLM
         kwargs: dict[str, Any] = {"cache_dir": cache_dir}
         if local_files_only is not None:
             kwargs["local_files_only"] = local_files_only
         try:
-            hf_model = transformers.GPT2LMHeadModel.from_pretrained(repo_id, **kwargs)
+            hf_model = cls.from_pretrained(repo_id, **kwargs)
         except OSError as err:  # transformers reports missing files and network errors this way
-            msg = _unavailable_message(name, repo_id, cache_dir)
+            size = " (about 0.5 GB for the 124M GPT-2)" if repo_id == GPT2_REPO_ID else ""
+            msg = unavailable_message(name, repo_id, cache_dir, size)
             raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
     return from_hf(hf_model, **overrides).eval()
 

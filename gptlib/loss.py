@@ -52,3 +52,13 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if flat_logits.dtype != torch.float64:
         flat_logits = flat_logits.float()  # bf16/fp16 logits: sum the exponentials in fp32
     return _ChunkedCrossEntropy.apply(flat_logits, flat_targets)
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Mean cross-entropy of the logits ``hidden @ weight.T`` against ``targets``.
+
+    hidden: (..., C), weight: (V, C), targets: (...).
+    """
+    return cross_entropy(F.linear(hidden, weight), targets)

@@ -4,6 +4,9 @@ Configuration (:class:`GPTConfig`, defined in :mod:`gptlib.config`), the positio
 (chapter 3), the causal mask and scaled dot-product attention (chapters 5-6), splitting into heads
 and merging them back (chapters 4 and 7), LayerNorm, multi-head attention (chapter 7), the
 feed-forward network and the transformer block (chapter 8), and the whole model (chapter 9).
+Chapter 13's switches for a modern (Llama-style) model sit beside the pieces they replace: rotary
+position embeddings next to the sinusoidal table, RMSNorm next to LayerNorm, grouped-query
+attention inside multi-head attention, and the SwiGLU feed-forward next to the ReLU one.
 
 Every layer takes and returns a tensor. Attention maps come from a separate, explicit call
 (``attention_weights``); generation's KV cache lives in :mod:`gptlib.generate` and reaches the
@@ -23,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptlib.config import ACTIVATIONS, GPTConfig  # GPTConfig is re-exported from here too
-from gptlib.loss import cross_entropy
+from gptlib.loss import cross_entropy, linear_cross_entropy
 
 # ---- positions (chapter 3) ------------------------------------------------------------------
 
@@ -44,6 +47,35 @@ def sinusoidal_positional_encoding(
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe.to(dtype)
+
+
+def rope_cos_sin(
+    T: int, head_size: int, base: float = 10_000.0, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embeddings' cosines and sines for positions start..start+T-1 (chapter 13).
+
+    RoPE turns pairs of a query's (and a key's) numbers by an angle that grows with the position.
+    Pair ``i`` is made of the numbers ``i`` and ``i + head_size/2`` (the layout of Hugging Face's
+    Llama) and turns by ``position * base^(-2i/head_size)`` radians, the speeds of chapter 3's
+    sinusoidal table. Returns ``(cos, sin)``, each (T, head_size) with every angle written twice.
+    """
+    if T < 1 or head_size < 2 or head_size % 2:
+        raise ValueError(f"need T >= 1 and an even head_size, got T={T}, head_size={head_size}")
+    speeds = base ** (-torch.arange(0, head_size, 2, dtype=torch.float64) / head_size)  # (hs/2,)
+    pos = torch.arange(start, start + T, dtype=torch.float64)[:, None]  # (T, 1)
+    angle = (pos * speeds).repeat(1, 2)  # (T, hs): pair i's angle at columns i and i + hs/2
+    return torch.cos(angle).float(), torch.sin(angle).float()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(..., hs) -> (..., hs): each pair (a, b) = (x[i], x[i + hs/2]) becomes (-b, a)."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn every pair of x (..., T, hs) by its angle: (a, b) -> (a cos - b sin, a sin + b cos)."""
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
 # ---- the mask and attention (chapters 5-6) ----------------------------------------------------
@@ -121,6 +153,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).contiguous().view(B, T, H * hs)
 
 
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, G, T, hs) -> (B, G * n_rep, T, hs): key/value head g serves the query heads
+    g * n_rep ... (g + 1) * n_rep - 1 (grouped-query attention, chapter 13)."""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
 # ---- LayerNorm (chapter 8) --------------------------------------------------------------------
 
 
@@ -141,6 +179,24 @@ def layer_norm(
     return y
 
 
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """RMSNorm written out (chapter 13): divide each vector by its root mean square, then scale.
+
+    LayerNorm without the mean: nothing is subtracted and there is no shift.
+    """
+    y = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    """The normalisation layer ``config.norm_type`` names: LayerNorm or RMSNorm (no bias)."""
+    if config.norm_type == "rmsnorm":
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+
+
 # ---- multi-head attention (chapter 7) ---------------------------------------------------------
 
 
@@ -152,11 +208,16 @@ class LayerCache(Protocol):
         ...
 
 
+Rope = tuple[torch.Tensor, torch.Tensor]  # RoPE's (cos, sin) for the positions fed, (T, hs) each
+
+
 class MultiHeadAttention(nn.Module):
     """Masked multi-head self-attention with visible W_q, W_k, W_v and W_o.
 
     ``fused=False`` runs the book's steps (:func:`scaled_dot_product_attention`); ``fused=True``
-    computes the same with ``F.scaled_dot_product_attention``, faster.
+    computes the same with ``F.scaled_dot_product_attention``, faster. With ``n_kv_heads`` below
+    ``n_heads`` (grouped-query attention, chapter 13) W_k and W_v make only ``n_kv_heads`` heads,
+    each shared by ``n_heads / n_kv_heads`` query heads; a KV cache stores only those.
     """
 
     def __init__(
@@ -166,38 +227,54 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fused: bool = False,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.n_heads = n_heads
+        n_kv_heads = n_kv_heads or n_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by n_heads ({n_heads}), and n_heads by "
+                f"n_kv_heads ({n_kv_heads})"
+            )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_size = d_model // n_heads
         self.dropout = dropout
         self.fused = fused
+        kv_width = n_kv_heads * self.head_size
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, kv_width, bias=bias)
+        self.W_v = nn.Linear(d_model, kv_width, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(
+        self, x: torch.Tensor, rope: Rope | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B, H, T, hs) and keys, values (B, G, T, hs), G = n_kv_heads; RoPE turns the
+        queries and keys when given."""
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_size:
             raise ValueError(
                 f"expected input of shape (B, T, {self.n_heads * self.head_size}), "
                 f"got {tuple(x.shape)}"
             )
         q = split_heads(self.W_q(x), self.n_heads)  # (B, H, T, hs)
-        k = split_heads(self.W_k(x), self.n_heads)  # (B, H, T, hs)
-        v = split_heads(self.W_v(x), self.n_heads)  # (B, H, T, hs)
+        k = split_heads(self.W_k(x), self.n_kv_heads)  # (B, G, T, hs)
+        v = split_heads(self.W_v(x), self.n_kv_heads)  # (B, G, T, hs)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None, rope: Rope | None = None
+    ) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C). With a ``cache``, x holds only the new tokens and they also
-        attend to the cached keys and values (the cache stores theirs)."""
-        q, k, v = self._qkv(x)  # (B, H, T, hs) each
+        attend to the cached keys and values (the cache stores theirs). ``rope``: the new
+        tokens' (cos, sin) when the model uses rotary positions."""
+        q, k, v = self._qkv(x, rope)  # (B, H, T, hs), (B, G, T, hs), (B, G, T, hs)
         if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, T_all, hs): the cached positions, then the new
-        out = self._attend(q, k, v)  # (B, H, T, hs)
+            k, v = cache.update(k, v)  # (B, G, T_all, hs): the cached positions, then the new
+        n_rep = self.n_heads // self.n_kv_heads
+        out = self._attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep))  # (B, H, T, hs)
         return self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -214,10 +291,12 @@ class MultiHeadAttention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
     @torch.no_grad()
-    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+    def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The attention weights (B, H, T, T) for x (B, T, C), by the book's explicit steps
         (dropout follows the train/eval mode)."""
-        q, k, v = self._qkv(x)
+        q, k, v = self._qkv(x, rope)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
         p = self.dropout if self.training else 0.0
         return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2], x.device), p)[1]
 
@@ -237,8 +316,12 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        if activation not in ACTIVATIONS or activation == "swiglu":
+            allowed = tuple(a for a in ACTIVATIONS if a != "swiglu")
+            raise ValueError(
+                f"activation must be one of {allowed}, got {activation!r} (SwiGLU is its own "
+                "layer: SwiGLUFeedForward)"
+            )
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.activation = nn.ReLU() if activation == "relu" else nn.GELU()
         if activation == "gelu_tanh":
@@ -248,6 +331,33 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.linear2(self.activation(self.linear1(x))))  # (B, T, C)
+
+
+class SwiGLUFeedForward(nn.Module):
+    """The gated feed-forward network of Llama (chapter 13): down(silu(gate(x)) * up(x)).
+
+    ``gate`` decides, number by number, how much of ``up``'s output passes;
+    SiLU(z) = z * sigmoid(z).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=bias)
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.silu(self.gate(x)) * self.up(x)  # (B, T, d_ff)
+        return self.dropout(self.down(hidden))  # (B, T, C)
+
+
+def make_feed_forward(config: GPTConfig) -> nn.Module:
+    """The feed-forward network ``config.activation`` names (SwiGLU or a two-layer network)."""
+    c = config
+    if c.activation == "swiglu":
+        return SwiGLUFeedForward(c.d_model, c.d_ff, c.dropout, c.bias)
+    return FeedForward(c.d_model, c.d_ff, c.activation, c.dropout, c.bias)
 
 
 class TransformerBlock(nn.Module):
@@ -261,22 +371,26 @@ class TransformerBlock(nn.Module):
         super().__init__()
         c = config
         self.norm = c.norm
-        self.ln1 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
-        self.attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention)
-        self.ln2 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.dropout, c.bias)
+        self.ln1 = make_norm(c)
+        self.attn = MultiHeadAttention(
+            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, c.kv_heads
+        )
+        self.ln2 = make_norm(c)
+        self.ffn = make_feed_forward(c)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
-        """x: (B, T, C) -> (B, T, C); ``cache`` goes to the attention layer."""
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None, rope: Rope | None = None
+    ) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C); ``cache`` and ``rope`` go to the attention layer."""
         if self.norm == "pre":
-            x = x + self.attn(self.ln1(x), cache)
+            x = x + self.attn(self.ln1(x), cache, rope)
             return x + self.ffn(self.ln2(x))
-        x = self.ln1(x + self.attn(x, cache))
+        x = self.ln1(x + self.attn(x, cache, rope))
         return self.ln2(x + self.ffn(x))
 
-    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+    def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The block's attention weights (B, H, T, T) for its input x (B, T, C)."""
-        return self.attn.attention_weights(self.ln1(x) if self.norm == "pre" else x)
+        return self.attn.attention_weights(self.ln1(x) if self.norm == "pre" else x, rope)
 
 
 # ---- the model (chapter 9) ---------------------------------------------------------------------
@@ -316,18 +430,27 @@ class GPT(nn.Module):
         self.position_embedding = None
         if c.positions == "learned":
             self.position_embedding = nn.Embedding(c.context_length, c.d_model)
-        else:
-            pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
-            self.register_buffer("positional_encoding", pe, persistent=False)
+        self.make_position_tables()
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_blocks))
-        self.final_norm = nn.Identity()
-        if c.final_norm:
-            self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
+        self.final_norm = make_norm(c) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
+
+    def make_position_tables(self, device: torch.device | str | None = None) -> None:
+        """(Re)compute the position tables that are not trained and not saved: the sinusoidal
+        table, or RoPE's cosines and sines (rope: nothing is added to the tokens, attention
+        turns queries and keys). Also used after building the model on the meta device."""
+        c = self.config
+        if c.positions == "sinusoidal":
+            pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
+            self.register_buffer("positional_encoding", pe.to(device), persistent=False)
+        elif c.positions == "rope":
+            cos, sin = rope_cos_sin(c.context_length, c.head_size, c.rope_base)
+            self.register_buffer("rope_cos", cos.to(device), persistent=False)  # (ctx, hs)
+            self.register_buffer("rope_sin", sin.to(device), persistent=False)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -367,9 +490,15 @@ class GPT(nn.Module):
         if self.position_embedding is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.position_embedding(pos)  # (T, C) broadcasts over B
-        else:
+        elif self.config.positions == "sinusoidal":
             x = x + self.positional_encoding[start : start + T].to(x.dtype)
         return self.dropout(x)
+
+    def rope(self, start: int, T: int) -> Rope | None:
+        """RoPE's (cos, sin), each (T, hs), for positions start..start+T-1 (None without RoPE)."""
+        if self.config.positions != "rope":
+            return None
+        return self.rope_cos[start : start + T], self.rope_sin[start : start + T]
 
     def hidden_states(self, idx: torch.Tensor, cache: ModelCache | None = None) -> torch.Tensor:
         """The last block's output (B, T, C) for ids (B, T), before the final LayerNorm.
@@ -380,8 +509,9 @@ class GPT(nn.Module):
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         x = self.embed(idx, start)  # (B, T, C)
+        rope = self.rope(start, idx.shape[1])
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache.layer(i))  # (B, T, C)
+            x = block(x, None if cache is None else cache.layer(i), rope)  # (B, T, C)
         if cache is not None:
             cache.advance(idx.shape[1])
         return x
@@ -392,19 +522,27 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         *,
         cache: ModelCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return_logits: bool = True,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Logits (B, T, V) for ids (B, T), and the mean cross-entropy when ``targets`` (B, T)
-        is given (else None). With a KV cache, ``idx`` holds only the new tokens."""
-        logits = self.lm_head(self.final_norm(self.hidden_states(idx, cache)))  # (B, T, V)
-        if targets is None:
-            return logits, None
-        if targets.shape != idx.shape:
-            raise ValueError(
-                f"targets must have the same shape as the input {tuple(idx.shape)}, "
-                f"got {tuple(targets.shape)}"
-            )
-        check_token_ids(targets, self.config.vocab_size, "targets")
-        return logits, cross_entropy(logits, targets)
+        is given (else None). With a KV cache, ``idx`` holds only the new tokens.
+
+        ``return_logits=False`` (with targets) returns ``(None, loss)``: the output layer and the
+        loss are then computed together, a few rows at a time, without ever holding the (B, T, V)
+        logits (:func:`gptlib.loss.linear_cross_entropy`); training uses this.
+        """
+        x = self.final_norm(self.hidden_states(idx, cache))  # (B, T, C)
+        if targets is not None:
+            if targets.shape != idx.shape:
+                raise ValueError(
+                    f"targets must have the same shape as the input {tuple(idx.shape)}, "
+                    f"got {tuple(targets.shape)}"
+                )
+            check_token_ids(targets, self.config.vocab_size, "targets")
+        if targets is not None and not return_logits:
+            return None, linear_cross_entropy(x, self.lm_head.weight, targets)
+        logits = self.lm_head(x)  # (B, T, V)
+        return logits, None if targets is None else cross_entropy(logits, targets)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
@@ -412,10 +550,11 @@ class GPT(nn.Module):
         steps (the model is not changed; dropout follows the module's train/eval mode)."""
         self._check_input(idx)
         x = self.embed(idx)  # (B, T, C)
+        rope = self.rope(0, idx.shape[1])
         maps = []
         for block in self.blocks:
-            maps.append(block.attention_weights(x))  # (B, H, T, T)
-            x = block(x)
+            maps.append(block.attention_weights(x, rope))  # (B, H, T, T)
+            x = block(x, rope=rope)
         return torch.stack(maps)
 
     def num_parameters(self) -> int:

@@ -130,7 +130,7 @@ def train_step(
         for group in optimizer.param_groups:
             group["lr"] = lr
     model.train()
-    logits, loss = model(x, y)  # (B, T, V), the mean next-token cross-entropy
+    _, loss = model(x, y, return_logits=False)  # the mean next-token cross-entropy
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip > 0:
@@ -169,7 +169,7 @@ def estimate_loss(
     with _autocast(device, config):
         for _ in range(config.eval_iters):
             x, y = get_batch(data, config.batch_size, T, generator=g, device=device)
-            total += model(x, y)[1].float()
+            total += model(x, y, return_logits=False)[1].float()
     model.train(was_training)
     return float(distributed.all_reduce_mean(total / config.eval_iters))
 
@@ -523,9 +523,13 @@ MODEL_HELP = {  # one line per GPTConfig field the command exposes (vocab_size c
     "n_heads": "attention heads; must divide d-model",
     "n_blocks": "transformer blocks",
     "ffn_mult": "feed-forward width = mult * d-model",
+    "ffn_hidden": "exact feed-forward width; 0 = from --ffn-mult",
+    "n_kv_heads": "key/value heads (grouped-query); 0 = n-heads",
     "dropout": "dropout rate",
     "norm": "LayerNorm placement",
-    "positions": "positional encoding",
+    "norm_type": "LayerNorm or RMSNorm (chapter 13)",
+    "positions": "positional encoding (rope: chapter 13)",
+    "rope_base": "RoPE base of the rotation speeds",
     "scale_embeddings": "do not multiply token embeddings by sqrt(d_model) (chapter 3)",
     "activation": "feed-forward activation",
     "bias": "no biases in Linear/LayerNorm layers",

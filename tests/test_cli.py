@@ -157,6 +157,16 @@ def test_full_vocab_and_attention_options(corpus, tmp_path, capsys):
     assert ckpt.model_config.fused_attention
 
 
+def test_modern_switches_from_the_command_line(corpus, tmp_path, capsys):
+    argv = [str(corpus), "--out", str(tmp_path), *TINY_MODEL, *QUICK, "--max-iters", "2"]
+    argv += ["--positions", "rope", "--norm-type", "rmsnorm", "--activation", "swiglu"]
+    argv += ["--n-kv-heads", "1", "--no-bias", "--rope-base", "500", "--eval-iters", "1"]
+    assert run(train_cli.main, argv, capsys)[0] == 0
+    c = load_checkpoint(tmp_path).model_config
+    assert (c.positions, c.norm_type, c.activation, c.kv_heads) == ("rope", "rmsnorm", "swiglu", 1)
+    assert not c.bias and c.rope_base == 500.0
+
+
 # ---- errors: one line, the right status, no traceback -----------------------------------------
 
 
@@ -166,6 +176,8 @@ def test_full_vocab_and_attention_options(corpus, tmp_path, capsys):
         # the configurations' own checks (__post_init__), reported as one usage line
         (["--batch-size", "-3"], ["batch_size must be a positive integer", "got -3"]),
         (["--d-model", "17"], ["d_model (17) must be divisible by n_heads (2)"]),
+        (["--n-kv-heads", "3"], ["n_kv_heads (3) must divide n_heads (2)", "try [1, 2]"]),
+        (["--norm-type", "batchnorm"], ["argument --norm-type: invalid choice: 'batchnorm'"]),
         (["--dropout", "1.5"], ["dropout must be in [0, 1)", "1.5"]),
         (["--lr", "0"], ["learning_rate must be a positive number"]),
         (["--min-lr", "-1"], ["min_lr must be >= 0"]),

@@ -149,8 +149,9 @@ def test_config_from_hf_rejects_what_gptlib_cannot_express(hf_kwargs, message):
 
 
 def test_config_from_hf_rejects_other_model_types():
-    with pytest.raises(ValueError, match="model_type 'gpt2'"):
-        config_from_hf(transformers.LlamaConfig())
+    with pytest.raises(ValueError, match="model_type 'gpt2' or 'llama'") as err:
+        config_from_hf(transformers.BertConfig())
+    assert "'bert'" in str(err.value)
 
 
 def test_book_config_cannot_become_gpt2():

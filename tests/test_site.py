@@ -265,6 +265,14 @@ def test_missing_checkpoint_writes_a_message(tmp_path: Path) -> None:
     assert not (tmp_path / "tokenizer.js").exists()
 
 
+def test_export_refuses_chapter_13_models(tmp_path: Path) -> None:
+    model = GPT(GPTConfig(vocab_size=100_277, positions="rope", norm_type="rmsnorm"))
+    save_checkpoint(tmp_path / "modern.pt", model)
+    with pytest.raises(ValueError, match="book's architecture only") as err:
+        _exporter().model_payload(tmp_path / "modern.pt")
+    assert "positions='rope'" in str(err.value) and "norm_type='rmsnorm'" in str(err.value)
+
+
 # --------------------------------------------------------------------------------------------
 # The browser
 # --------------------------------------------------------------------------------------------

@@ -30,7 +30,9 @@ LAYERS = {
     "gptlib.model": 1,
     "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
-    "gptlib.hf": 2,
+    "gptlib.hf_common": 2,  # what the two Hugging Face bridges share
+    "gptlib.hf_llama": 2.5,  # the Llama bridge (chapter 13), used through gptlib.hf
+    "gptlib.hf": 2.75,
     "gptlib.example": 2,
     "gptlib.plot": 2,
     "gptlib.train": 3,

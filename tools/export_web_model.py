@@ -64,10 +64,35 @@ def _js_file(path: Path, global_name: str, payload: dict) -> int:
     return path.stat().st_size
 
 
+# chapter 13's switches, which the page's JavaScript model does not implement: their book values
+BOOK_ONLY = {
+    "norm_type": "layernorm",
+    "n_kv_heads": 0,
+    "ffn_hidden": 0,
+    "positions": ("sinusoidal", "learned"),
+    "activation": ("relu", "gelu", "gelu_tanh"),
+}
+
+
+def check_exportable(config: dict, where: str) -> None:
+    """Raise ValueError, naming the switches, for a model the page cannot run."""
+    bad = [
+        f"{k}={config.get(k)!r}"
+        for k, ok in BOOK_ONLY.items()
+        if config.get(k) not in (ok if isinstance(ok, tuple) else (ok,))
+    ]
+    if bad:
+        raise ValueError(
+            f"{where}: the in-browser model runs the book's architecture only, not "
+            f"{', '.join(bad)} (chapter 13's switches); export a model trained as in chapter 10"
+        )
+
+
 def model_payload(checkpoint_path: Path) -> dict:
     """The model's config, a manifest of its tensors and their float32 bytes (base64)."""
     ckpt = load_checkpoint(checkpoint_path)
     config = ckpt.model_config.to_dict()
+    check_exportable(config, str(checkpoint_path))
     state = ckpt.model.state_dict()  # a tied lm_head appears under both names: stored once
     tensors, chunks, offset, seen = [], [], 0, {}
     for name, tensor in state.items():

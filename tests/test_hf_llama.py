@@ -1,0 +1,181 @@
+"""gptlib with Llama's switches against Hugging Face's LlamaForCausalLM, all offline (chapter 13).
+
+Small random Llama models (2 blocks, 4 heads, d_model 64, context 32, grouped-query attention)
+are converted both ways through ``gptlib.hf``: the logits must agree to 1e-5, greedy generation
+token for token with and without gptlib's KV cache, and a round trip must keep every tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gptlib import hf
+from gptlib.generate import generate
+from gptlib.model import GPT, GPTConfig
+
+transformers = pytest.importorskip(
+    "transformers", reason="the Llama bridge tests need transformers"
+)
+
+TOL = 1e-5
+VOCAB = 500
+
+
+def small_llama(seed: int = 0, attn: str = "eager", **extra) -> transformers.LlamaForCausalLM:
+    """A random small Llama in eval mode, with non-trivial RMSNorm gains (and biases if asked)."""
+    kwargs = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    config = transformers.LlamaConfig(**(kwargs | extra))
+    config._attn_implementation = attn
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def ids(seed: int, B: int = 2, T: int = 32) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"num_key_value_heads": 4},  # plain multi-head attention
+        {"num_key_value_heads": 1},  # multi-query attention
+        {"attention_bias": True, "mlp_bias": True},
+        {"tie_word_embeddings": True},
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}},
+    ],
+)
+def test_logits_match_transformers(attn, extra):
+    reference = small_llama(1, attn, **extra)
+    model = hf.from_hf(reference)
+    assert model.config.positions == "rope" and not model.training
+    with torch.no_grad():
+        for fused in (True, False):
+            model.config.fused_attention = fused
+            for block in model.blocks:
+                block.attn.fused = fused
+            diff = (model(ids(2))[0] - reference(ids(2)).logits).abs().max().item()
+            assert diff < TOL, (fused, diff)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_generation_matches_transformers_with_and_without_cache(seed):
+    reference = small_llama(seed)
+    with torch.no_grad():  # larger output weights: clear margins between greedy choices
+        reference.lm_head.weight.mul_(20.0)
+    model = hf.from_hf(reference)
+    prompt = ids(seed + 10, B=1, T=5)
+    theirs = reference.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    cached = generate(model, prompt, 20, temperature=0.0, use_cache=True)
+    assert torch.equal(generate(model, prompt, 20, temperature=0.0, use_cache=False), cached)
+    assert torch.equal(cached, theirs)
+
+
+def test_round_trips_keep_every_tensor():
+    reference = small_llama(3)
+    back = hf.to_hf(hf.from_hf(reference))
+    assert isinstance(back, transformers.LlamaForCausalLM)
+    ours, theirs = back.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    torch.manual_seed(4)
+    model = GPT(hf.llama_config(vocab_size=VOCAB, n_kv_heads=2, tie_embeddings=True))
+    again = hf.from_hf(hf.to_hf(model))
+    assert again.config == model.config
+    assert again.lm_head.weight is again.token_embedding.weight
+    for key, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
+
+
+def test_config_round_trip_and_book_sizes():
+    config = hf.llama_config(n_kv_heads=2)
+    assert (config.d_model, config.n_heads, config.context_length) == (64, 4, 16)
+    assert not config.bias and config.norm_type == "rmsnorm" and config.activation == "swiglu"
+    assert hf.config_from_hf(hf.config_to_hf(config)) == config
+    wide = hf.llama_config(ffn_hidden=96, rope_base=500_000.0, tie_embeddings=True)
+    assert hf.config_from_hf(hf.config_to_hf(wide)) == wide
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "linear"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"attention_bias": True, "mlp_bias": False}, "one bias switch"),
+    ],
+)
+def test_config_from_hf_rejects_what_gptlib_cannot_express(extra, message):
+    base = dict(hidden_size=64, num_attention_heads=4, intermediate_size=160)
+    with pytest.raises(ValueError, match="cannot convert this LlamaConfig") as err:
+        hf.config_from_hf(transformers.LlamaConfig(**(base | extra)))
+    assert message in str(err.value)
+
+
+def test_a_non_llama_config_is_refused_with_the_switches_to_change():
+    bad = replace(hf.llama_config(), norm_type="layernorm", scale_embeddings=True)
+    with pytest.raises(ValueError, match="cannot be expressed as a Llama") as err:
+        hf.to_hf(GPT(bad))
+    assert "norm_type='layernorm'" in str(err.value) and "llama_config" in str(err.value)
+    with pytest.raises(ValueError, match="GPT-2"):  # the book's model is neither
+        hf.to_hf(GPT(GPTConfig(vocab_size=50)))
+
+
+def test_state_dict_errors_name_the_tensors():
+    reference = small_llama(5)
+    config = hf.config_from_hf(reference.config)
+    sd = dict(reference.state_dict())
+    del sd["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(ValueError, match="model.layers.1.mlp.up_proj.weight"):
+        hf.state_dict_from_hf(sd, config)
+    sd = dict(reference.state_dict()) | {"model.layers.0.extra.weight": torch.zeros(1)}
+    with pytest.raises(ValueError, match="does not know.*extra"):
+        hf.state_dict_from_hf(sd, config)
+    with pytest.raises(ValueError, match="wrong shapes"):
+        hf.state_dict_from_hf(reference.state_dict(), replace(config, ffn_hidden=96))
+
+
+def test_from_pretrained_reads_a_llama_folder(tmp_path):
+    reference = small_llama(6)
+    reference.save_pretrained(tmp_path)
+    model = hf.from_pretrained(tmp_path)
+    assert not model.training and model.config.n_kv_heads == 2
+    with torch.no_grad():
+        assert (model(ids(7))[0] - reference(ids(7)).logits).abs().max().item() < TOL
+
+
+def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="'bert' model; gptlib reads GPT-2"):
+        hf.from_pretrained(tmp_path)
+    with pytest.raises(hf.PretrainedUnavailableError) as err:
+        hf.from_pretrained("HuggingFaceTB/SmolLM2-135M", cache_dir=tmp_path, local_files_only=True)
+    message = str(err.value)
+    for part in (
+        "HuggingFaceTB/SmolLM2-135M",
+        "config.json",
+        "hf download",
+        "SmolLM2-135M-weights",
+    ):
+        assert part in message, part
