@@ -12,11 +12,13 @@ one new token, at position ``cache.length``. The model knows nothing of this cla
 cache for one view per block (``cache.layer(i)``), whose ``update(k, v)`` stores the new keys and
 values and returns all of them so far.
 
-**Sliding past the context, exactly.** The model uses absolute positions and the no-cache path
-always feeds the last ``context_length`` tokens at positions ``0..T-1``. Once the sequence is
-longer than the context, the window slides by one token per step: every token's position changes
-and the oldest token drops out, so *every* cached key and value (which depend on the positions
-and, from the second block on, on the dropped token) becomes stale. There is no cheaper exact
+**Sliding past the context, exactly.** The no-cache path always feeds the last
+``context_length`` tokens at positions ``0..T-1``. Once the sequence is longer than the context,
+the window slides by one token per step: every token's position changes and the oldest token drops
+out, so *every* cached key and value (which depend on the positions and, from the second block on,
+on the dropped token) becomes stale. Rotary positions (chapter 13) do not change this: their
+scores depend only on distances, but from the second block on the keys still remember the dropped
+token. There is no cheaper exact
 update, so this module re-runs the full window (as the no-cache path does) for every step after
 the window is full. Up to the context length the cache saves most of the work; past it the two
 paths cost the same and give the same tokens. (A cache that refilled only every few steps would
