@@ -472,6 +472,11 @@ def from_pretrained(
             hf_model = cls.from_pretrained(repo_id, **kwargs)
         except OSError as err:  # transformers reports missing files and network errors this way
             size = " (about 0.5 GB for the 124M GPT-2)" if repo_id == GPT2_REPO_ID else ""
+            if not gpt2:  # gptlib's tokenizers are tiktoken's: a Llama brings its own
+                size = (
+                    "; to turn text into ids you also need its tokenizer.json and "
+                    "tokenizer_config.json (read with transformers.AutoTokenizer)"
+                )
             msg = unavailable_message(name, repo_id, cache_dir, size)
             raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
     return from_hf(hf_model, **overrides).eval()

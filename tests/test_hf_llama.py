@@ -177,5 +177,6 @@ def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_pa
         "config.json",
         "hf download",
         "SmolLM2-135M-weights",
+        "tokenizer.json",
     ):
         assert part in message, part
