@@ -1,366 +1,380 @@
-"""How fast is it? ``python benchmarks/bench.py`` measures training and generation on this machine.
+"""How fast is gptlib next to its peers? ``python benchmarks/bench.py``.
 
-This script is not part of gptlib (nothing in the package imports it): it holds the per-head
-baseline model and the acceptance targets the library is measured against.
+This script is not part of gptlib (nothing in the package imports it). In one run of one harness
+it trains, on the same batches of the sales textbook (cl100k ids, the book's shape: batch 4,
+context 16, d_model 64, 4 heads, 8 blocks, vocabulary 100,070, dropout 0.1, AdamW lr 1e-3, fp32,
+the same torch threads):
 
-It prints, for the book's model (batch 4, context 16, d_model 64, 4 heads, 8 blocks, dropout
-0.1, AdamW lr 1e-3) with the full cl100k output size (100,070 rows) and with the corpus's compact
-vocabulary (3,771 rows), and for a larger CPU configuration (batch 12, context 64, d_model 128,
-4 heads, 4 blocks):
+* nanoGPT's ``GPT`` (its ``model.py``, given with ``--nanogpt PATH``) and gptlib's ``GPT`` switched
+  to the *same architecture* (tied embeddings, no biases, learned positions, GELU, no embedding
+  scale), each with its own optimizer set-up: nanoGPT's ``configure_optimizers`` and gradient
+  clipping as its ``train.py`` does, gptlib's :func:`gptlib.train.make_optimizer` and
+  :func:`gptlib.train.train_step`, with :class:`gptlib.train.TrainConfig`'s defaults for both;
+* the reference article's ``TransformerLanguageModel`` (``--article PATH``; the file is a script:
+  only its imports, constant assignments and definitions are run, see :func:`load_article`) with
+  its default ``AdamW``, and gptlib's book model (``GPTConfig()``'s defaults);
 
-* training throughput (iterations/s and tokens/s in the steady state: neither the first steps of a
-  run nor evaluations are counted) of :func:`gptlib.train.train` with the explicit and the fused
-  attention path, and of a *baseline*: the same model written the straightforward way (a Python
-  loop over attention heads, each with its own small query/key/value layers, and a default
-  ``torch.optim.AdamW``), trained by a plain loop;
-* how a step of the book's model splits into a part that does not depend on the vocabulary
-  (blocks, embeddings of the batch, the optimizer on the blocks) and a part that grows with it
-  (output layer, loss, optimizer on the two tables), solved from the two vocabulary sizes;
-* the achieved GFLOP/s, as a share of a measured fp32 matrix-multiply peak on the same threads;
-* generation speed with and without the KV cache, 256 new tokens at context 256.
+and prints each one's steady-state iterations/s (best of interleaved rounds: every candidate gets
+the same batches in the same round, so a busy moment of the machine hits all of them alike), the
+ratios with their targets, the *time to quality* (seconds of training until the validation loss
+first reaches a stated value), and generation speed with and without gptlib's KV cache.
 
-The token values do not change the cost of a step, so the benchmark trains on random ids; the
-timings are wall-clock and depend on what else runs on the machine.
+The peers' files are never copied into this repository: pass the paths of your own copies.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import importlib.util
+import io
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from gptlib.data import get_batch
+from gptlib.data import get_batch, load_corpus, train_val_split
 from gptlib.generate import generate
-from gptlib.model import GPT, GPTConfig, sinusoidal_positional_encoding
-from gptlib.train import TrainConfig, train
+from gptlib.model import GPT, GPTConfig
+from gptlib.tokenizer import Tokenizer
+from gptlib.train import TrainConfig, make_optimizer, train_step
 
 FULL_VOCAB = 100_070  # the largest cl100k id in the book's corpus + 1
-COMPACT_VOCAB = 3_771  # the corpus's distinct tokens (the compact Vocabulary reserves no id)
+BATCH, CONTEXT, D_MODEL, N_HEADS, N_BLOCKS, DROPOUT, LR = 4, 16, 64, 4, 8, 0.1, 1e-3
+TARGETS = {"nanogpt": 1.5, "article": 2.0, "kv_cache": 3.0}  # ratios of speed, this machine
+
+NANOGPT_HOW = (
+    "nanoGPT's model.py (https://github.com/karpathy/nanoGPT): save it anywhere outside this "
+    "repository and pass --nanogpt PATH"
+)
+ARTICLE_HOW = (
+    "the reference article's model.py (https://github.com/waylandzhang/Transformer-from-scratch):"
+    " save it anywhere outside this repository and pass --article PATH"
+)
 
 
-@dataclass(frozen=True)
-class Shape:
-    """A model/batch size to measure."""
+class PeerFileError(RuntimeError):
+    """A peer's file is missing or does not look like the file the benchmark expects."""
+
+
+# --------------------------------------------------------------------------------------------
+# The peers, loaded from the user's files
+# --------------------------------------------------------------------------------------------
+
+
+def load_nanogpt(path: str | os.PathLike) -> ModuleType:
+    """Import nanoGPT's ``model.py`` from ``path`` (it only defines classes: safe to import)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PeerFileError(f"{path} does not exist; get {NANOGPT_HOW}")
+    spec = importlib.util.spec_from_file_location("bench_peer_nanogpt", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its @dataclass looks the module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    gpt, config = getattr(module, "GPT", None), getattr(module, "GPTConfig", None)
+    if gpt is None or config is None or not hasattr(gpt, "configure_optimizers"):
+        raise PeerFileError(
+            f"{path} does not look like nanoGPT's model.py (no GPT class with "
+            f"configure_optimizers, or no GPTConfig); get {NANOGPT_HOW}"
+        )
+    return module
+
+
+ARTICLE_NAMES = ("batch_size", "context_length", "d_model", "num_blocks", "num_heads", "dropout")
+ARTICLE_CLASSES = ("TransformerLanguageModel", "TransformerBlock", "MultiHeadAttention")
+
+
+def _constant(node: ast.AST) -> bool:
+    """A number/string literal, possibly negated (``1e-3``, ``-1``, ``'cpu'``)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant)
+
+
+def _keep(node: ast.stmt) -> bool:
+    """Imports, definitions, and ``name = constant`` assignments; nothing that runs work."""
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef)):
+        return True
+    return (
+        isinstance(node, ast.Assign)
+        and all(isinstance(t, ast.Name) for t in node.targets)
+        and _constant(node.value)
+    )
+
+
+def load_article(path: str | os.PathLike, vocab_size: int = FULL_VOCAB) -> type[torch.nn.Module]:
+    """The article's ``TransformerLanguageModel`` class, at the benchmark's shape.
+
+    The file is a script: imported, it would download the data and train for 5000 steps. So it is
+    parsed, and only its imports, class and function definitions and ``name = constant``
+    hyperparameters are executed, with the hyperparameters (and ``max_token_value``, ``device``)
+    replaced by the benchmark's. A file without those names is refused with an explanation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PeerFileError(f"{path} does not exist; get {ARTICLE_HOW}")
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    kept = [node for node in tree.body if _keep(node)]
+    classes = {n.name for n in kept if isinstance(n, ast.ClassDef)}
+    names = {t.id for n in kept if isinstance(n, ast.Assign) for t in n.targets}
+    missing = [c for c in ARTICLE_CLASSES if c not in classes]
+    missing += [n for n in ARTICLE_NAMES if n not in names]
+    if missing:
+        raise PeerFileError(
+            f"{path} does not look like the article's model.py: no {', '.join(missing)} at the "
+            f"top level; get {ARTICLE_HOW}"
+        )
+    shape = {
+        "batch_size": BATCH, "context_length": CONTEXT, "d_model": D_MODEL,
+        "num_blocks": N_BLOCKS, "num_heads": N_HEADS, "dropout": DROPOUT,
+        "learning_rate": LR, "max_token_value": vocab_size, "device": "cpu",
+    }  # fmt: skip
+    overrides = ast.parse("\n".join(f"{k} = {v!r}" for k, v in shape.items())).body
+    module = ast.Module(body=kept + overrides, type_ignores=[])
+    namespace: dict[str, object] = {"__name__": "bench_peer_article"}
+    exec(compile(module, str(path), "exec"), namespace)  # noqa: S102 - definitions only, see above
+    return namespace["TransformerLanguageModel"]  # type: ignore[return-value]
+
+
+def nanogpt_arch_config(vocab_size: int = FULL_VOCAB) -> GPTConfig:
+    """gptlib's GPT at nanoGPT's architecture: GPTConfig(block_size=16, vocab_size=100070,
+    n_layer=8, n_head=4, n_embd=64, dropout=0.1, bias=False) in nanoGPT's terms."""
+    return GPTConfig(
+        vocab_size=vocab_size, context_length=CONTEXT, d_model=D_MODEL, n_heads=N_HEADS,
+        n_blocks=N_BLOCKS, dropout=DROPOUT, tie_embeddings=True, bias=False,
+        positions="learned", activation="gelu", scale_embeddings=False, fused_attention=True,
+    )  # fmt: skip
+
+
+def nanogpt_config(nanogpt: ModuleType, vocab_size: int = FULL_VOCAB):
+    return nanogpt.GPTConfig(
+        block_size=CONTEXT, vocab_size=vocab_size, n_layer=N_BLOCKS, n_head=N_HEADS,
+        n_embd=D_MODEL, dropout=DROPOUT, bias=False,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates: a model and its training step
+# --------------------------------------------------------------------------------------------
+
+Batch = tuple[torch.Tensor, torch.Tensor]  # x, y: (B, T) each
+NANOGPT, ARTICLE = "nanoGPT GPT", "article's model"  # the peers' rows
+
+
+@dataclass
+class Candidate:
+    """A model with its own training step (batch -> loss) and validation loss (batch -> loss)."""
 
     name: str
-    batch_size: int
-    context_length: int
-    d_model: int
-    n_heads: int
-    n_blocks: int
-    dropout: float = 0.1
-
-    def config(self, vocab_size: int, fused: bool = True) -> GPTConfig:
-        return GPTConfig(
-            vocab_size=vocab_size,
-            context_length=self.context_length,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_blocks=self.n_blocks,
-            dropout=self.dropout,
-            fused_attention=fused,
-        )
+    model: torch.nn.Module
+    step: Callable[[torch.Tensor, torch.Tensor], float]
+    val_loss: Callable[[torch.Tensor, torch.Tensor], float]
 
 
-BOOK = Shape("book", 4, 16, 64, 4, 8)
-LARGER = Shape("larger", 12, 64, 128, 4, 4)
+def gptlib_candidate(name: str, config: GPTConfig, seed: int = 0) -> Candidate:
+    torch.manual_seed(seed)
+    model = GPT(config)
+    train = TrainConfig(learning_rate=LR, device="cpu")  # defaults: wd 0.1, clip 1.0
+    optimizer = make_optimizer(model, train)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        return train_step(model, optimizer, x, y, grad_clip=train.grad_clip)
+
+    return Candidate(name, model, step, lambda x, y: model(x, y, return_logits=False)[1].item())
 
 
-# --------------------------------------------------------------------------------------------
-# The baseline: the same model, one attention head at a time
-# --------------------------------------------------------------------------------------------
+def nanogpt_candidate(nanogpt: ModuleType, seed: int = 0) -> Candidate:
+    """nanoGPT's GPT with its configure_optimizers and its train.py's clipping."""
+    train = TrainConfig(learning_rate=LR)  # the same defaults as gptlib's (and nanoGPT's own)
+    torch.manual_seed(seed)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
+        model = nanogpt.GPT(nanogpt_config(nanogpt))
+        betas = (train.beta1, train.beta2)
+        optimizer = model.configure_optimizers(train.weight_decay, LR, betas, "cpu")
+    return Candidate(
+        NANOGPT, model, _plain_step(model, optimizer, train.grad_clip), _plain_val(model)
+    )
 
 
-class LoopHead(nn.Module):
-    """One attention head with its own query, key and value layers (d_model -> head_size)."""
-
-    def __init__(self, d_model: int, head_size: int, context_length: int, dropout: float):
-        super().__init__()
-        self.query = nn.Linear(d_model, head_size)
-        self.key = nn.Linear(d_model, head_size)
-        self.value = nn.Linear(d_model, head_size)
-        self.register_buffer("allowed", torch.tril(torch.ones(context_length, context_length)))
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        T = x.shape[1]
-        q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, hs) each
-        scores = q @ k.transpose(1, 2) / math.sqrt(k.shape[-1])  # (B, T, T)
-        scores = scores.masked_fill(self.allowed[:T, :T] == 0, float("-inf"))
-        return self.drop(torch.softmax(scores, dim=-1)) @ v  # (B, T, hs)
+def article_candidate(article_model: type[torch.nn.Module], seed: int = 0) -> Candidate:
+    """The article's model with its own optimizer: AdamW(model.parameters(), lr) (no clipping)."""
+    torch.manual_seed(seed)
+    model = article_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    return Candidate(ARTICLE, model, _plain_step(model, optimizer, 0.0), _plain_val(model))
 
 
-class LoopAttention(nn.Module):
-    """Multi-head attention as a list of heads whose outputs are concatenated, then projected."""
-
-    def __init__(self, c: GPTConfig):
-        super().__init__()
-        self.heads = nn.ModuleList(
-            LoopHead(c.d_model, c.head_size, c.context_length, c.dropout) for _ in range(c.n_heads)
-        )
-        self.proj = nn.Linear(c.d_model, c.d_model)
-        self.drop = nn.Dropout(c.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.proj(torch.cat([head(x) for head in self.heads], dim=-1)))
-
-
-class LoopBlock(nn.Module):
-    def __init__(self, c: GPTConfig):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(c.d_model)
-        self.attn = LoopAttention(c)
-        self.ln2 = nn.LayerNorm(c.d_model)
-        self.ffn = nn.Sequential(
-            nn.Linear(c.d_model, c.d_ff),
-            nn.ReLU(),
-            nn.Linear(c.d_ff, c.d_model),
-            nn.Dropout(c.dropout),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.ffn(self.ln2(x))
-
-
-class LoopGPT(nn.Module):
-    """The book's model (pre-LN, sinusoidal positions, ReLU, biases) with per-head modules.
-
-    It has exactly the parameters of :class:`gptlib.model.GPT` for the same config;
-    :meth:`copy_from` loads a GPT's weights so the two can be checked against each other.
-    """
-
-    def __init__(self, c: GPTConfig):
-        super().__init__()
-        if (c.norm, c.positions, c.activation, c.bias, c.tie_embeddings, c.final_norm) != (
-            "pre",
-            "sinusoidal",
-            "relu",
-            True,
-            False,
-            True,
-        ):
-            raise ValueError("LoopGPT only builds the book's default architecture")
-        self.config = c
-        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.embed_scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
-        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
-        self.register_buffer("positional_encoding", pe, persistent=False)
-        self.drop = nn.Dropout(c.dropout)
-        self.blocks = nn.Sequential(*(LoopBlock(c) for _ in range(c.n_blocks)))
-        self.final_norm = nn.LayerNorm(c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        T = idx.shape[1]
-        x = self.token_embedding(idx) * self.embed_scale  # (B, T, C)
-        x = self.drop(x + self.positional_encoding[:T])
-        logits = self.lm_head(self.final_norm(self.blocks(x)))  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
-        return logits, loss
-
-    @torch.no_grad()
-    def copy_from(self, gpt: GPT) -> LoopGPT:
-        """Take over the weights of a :class:`GPT` of the same config (head h = rows h*hs...)."""
-        hs = self.config.head_size
-        self.token_embedding.weight.copy_(gpt.token_embedding.weight)
-        self.final_norm.load_state_dict(gpt.final_norm.state_dict())
-        self.lm_head.weight.copy_(gpt.lm_head.weight)
-        for mine, theirs in zip(self.blocks, gpt.blocks, strict=True):
-            mine.ln1.load_state_dict(theirs.ln1.state_dict())
-            mine.ln2.load_state_dict(theirs.ln2.state_dict())
-            mine.ffn[0].load_state_dict(theirs.ffn.linear1.state_dict())
-            mine.ffn[2].load_state_dict(theirs.ffn.linear2.state_dict())
-            mine.attn.proj.load_state_dict(theirs.attn.W_o.state_dict())
-            for h, head in enumerate(mine.attn.heads):
-                rows = slice(h * hs, (h + 1) * hs)
-                for layer, big in ((head.query, "W_q"), (head.key, "W_k"), (head.value, "W_v")):
-                    source = getattr(theirs.attn, big)
-                    layer.weight.copy_(source.weight[rows])
-                    layer.bias.copy_(source.bias[rows])
-        return self
-
-
-# --------------------------------------------------------------------------------------------
-# Measurements
-# --------------------------------------------------------------------------------------------
-
-
-def training_flops_per_token(c: GPTConfig) -> float:
-    """Matrix-multiply FLOPs of one training step per token (forward + backward = 3 x forward).
-
-    Forward per token: per block the Q, K, V and output projections (4 * 2 d^2), the two
-    feed-forward layers (2 * 2 d d_ff) and attention (2 * 2 T d: scores and weighted values,
-    counted over the whole window); then the output layer (2 d V). Embedding look-ups, norms,
-    softmax and the optimizer are not counted.
-    """
-    d, T = c.d_model, c.context_length
-    per_block = 8 * d * d + 4 * d * c.d_ff + 4 * T * d
-    return 3.0 * (c.n_blocks * per_block + 2 * d * c.vocab_size)
-
-
-def matmul_peak(seconds: float = 0.6) -> tuple[float, int]:
-    """The best fp32 GFLOP/s of ``torch.mm`` over a few square sizes, on the current threads."""
-    best, best_n = 0.0, 0
-    for n in (256, 512, 1024, 1536):
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)  # warm-up
-        reps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds / 4:
-            torch.mm(a, b)
-            reps += 1
-        rate = 2 * n**3 * reps / (time.perf_counter() - start) / 1e9
-        if rate > best:
-            best, best_n = rate, n
-    return best, best_n
-
-
-def _timed(step: Callable[[], None], seconds: float, max_steps: int = 5000) -> float:
-    """Seconds per step over as many steps as fit in ``seconds`` (at least 3)."""
-    n, start = 0, time.perf_counter()
-    while n < 3 or (time.perf_counter() - start < seconds and n < max_steps):
-        step()
-        n += 1
-    return (time.perf_counter() - start) / n
-
-
-Runner = Callable[[float], float]  # seconds to spend -> measured seconds per step
-
-
-def baseline_runner(shape: Shape, vocab: int, data: torch.Tensor) -> Runner:
-    """The per-head baseline with a default AdamW and a plain loop (warmed up)."""
-    torch.manual_seed(0)
-    model = LoopGPT(shape.config(vocab)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-
-    def step() -> None:
-        x, y = get_batch(data, shape.batch_size, shape.context_length, generator=g)
+def _plain_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float):
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        model.train()
         _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+        return loss.item()
 
-    for _ in range(3):
-        step()
-    return lambda seconds: _timed(step, seconds)
-
-
-def gptlib_runner(
-    shape: Shape, vocab: int, data: torch.Tensor, *, fused: bool = True, grad_clip: float = 0.0
-) -> Runner:
-    """:func:`gptlib.train.train` itself, timed in the steady state like the baseline.
-
-    Each measurement trains a fresh model for 2n steps with an evaluation after step n; the time
-    per step comes from the history's training clock between those two evaluations, so neither
-    the first steps (the optimizer allocates its state then) nor the evaluations are counted.
-    """
-
-    def run(steps: int) -> float:
-        torch.manual_seed(0)
-        model = GPT(shape.config(vocab, fused))
-        config = TrainConfig(
-            batch_size=shape.batch_size,
-            max_iters=2 * steps,
-            learning_rate=1e-3,
-            weight_decay=0.01,  # AdamW's default, as in the baseline
-            grad_clip=grad_clip,
-            eval_interval=steps,
-            eval_iters=1,
-            device="cpu",
-        )
-        history = train(model, data, data, config, quiet=True)
-        return (history["elapsed_s"][-1] - history["elapsed_s"][0]) / steps
-
-    per_step = run(3)  # warm-up, and a first estimate of the step time
-
-    def measure(seconds: float) -> float:
-        return run(max(5, min(5000, int(seconds / max(per_step, 1e-6)))))
-
-    return measure
+    return step
 
 
-def best_of_rounds(runners: dict[str, Runner], seconds: float, rounds: int) -> dict[str, float]:
-    """Run the runners in turn, ``rounds`` times, and keep each one's best seconds per step.
-
-    Taking turns and keeping the best makes the comparison fair when other programs load the
-    machine for a while: every candidate gets its chance at the quiet moments.
-    """
-    best = {name: math.inf for name in runners}
-    for _ in range(rounds):
-        for name, runner in runners.items():
-            best[name] = min(best[name], runner(seconds / rounds))
-    return best
+def _plain_val(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor], float]:
+    return lambda x, y: model(x, y)[1].item()
 
 
-def generation_runner(config: GPTConfig, new_tokens: int, use_cache: bool):
-    """A function that generates ``new_tokens`` greedily after a one-token prompt and returns
-    (tokens per second, the ids)."""
+# --------------------------------------------------------------------------------------------
+# The harness
+# --------------------------------------------------------------------------------------------
+
+
+def book_ids() -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The sales textbook as cl100k ids, split 90/10 (gptlib.data), or random ids if absent."""
+    try:
+        ids = torch.tensor(Tokenizer("cl100k_base").encode(load_corpus("sales-textbook")))
+        train, val = train_val_split(ids, 0.1)
+        return train, val, f"the sales textbook, {len(ids):,} cl100k tokens"
+    except Exception as err:  # noqa: BLE001 - any reason: say it and go on with random ids
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(FULL_VOCAB, (60_000,), generator=g)
+        return ids, ids, f"RANDOM ids (the textbook is not available: {err}); no time-to-quality"
+
+
+def make_batches(data: torch.Tensor, n: int, seed: int) -> list[Batch]:
+    g = torch.Generator().manual_seed(seed)
+    return [get_batch(data, BATCH, CONTEXT, generator=g) for _ in range(n)]
+
+
+def timed_rounds(cands: list[Candidate], data: torch.Tensor, steps: int, rounds: int):
+    """Seconds per step of every candidate in every round: round r feeds everyone the same
+    ``steps`` batches, in an order that rotates so no one always goes first."""
+    per_round: dict[str, list[float]] = {c.name: [] for c in cands}
+    for c in cands:  # warm-up: the optimizer allocates its state on the first step
+        for x, y in make_batches(data, 3, seed=99):
+            c.step(x, y)
+    for r in range(rounds):
+        batches = make_batches(data, steps, seed=r)
+        for c in cands[r % len(cands) :] + cands[: r % len(cands)]:
+            start = time.perf_counter()
+            for x, y in batches:
+                c.step(x, y)
+            per_round[c.name].append((time.perf_counter() - start) / steps)
+    return per_round
+
+
+# Time to quality: the pair at nanoGPT's architecture, and the article's model next to gptlib's
+# book model. The default target, 7.0, is reached in ~150 steps (lr 1e-3, the sales textbook).
+@dataclass
+class Progress:
+    """One candidate's run towards the validation-loss target."""
+
+    steps: int = 0
+    seconds: float = 0.0  # training time only (evaluations are not counted)
+    start: float = math.inf  # the validation loss before training
+    val: float = math.inf
+    reached: bool = False
+
+
+def time_to_quality(
+    cands: list[Candidate], train: torch.Tensor, val: torch.Tensor, args: argparse.Namespace
+) -> dict[str, Progress]:
+    """Train every candidate from its seeded start on the same batch sequence, ``args.every``
+    steps at a time in turn, until its loss on 20 fixed validation batches is <= args.target or
+    it has trained ``args.ttq_budget`` seconds."""
+    val_batches = make_batches(val, 20, seed=1234)
+    gens = {c.name: torch.Generator().manual_seed(7) for c in cands}  # the same draws for all
+    progress = {c.name: Progress() for c in cands}
+    for c in cands:
+        c.model.eval()
+        with torch.no_grad():
+            progress[c.name].start = statistics.fmean(c.val_loss(x, y) for x, y in val_batches)
+    active = list(cands)
+    while active:
+        for c in list(active):
+            p = progress[c.name]
+            g = gens[c.name]
+            batches = [get_batch(train, BATCH, CONTEXT, generator=g) for _ in range(args.every)]
+            start = time.perf_counter()
+            for x, y in batches:
+                c.step(x, y)
+            p.seconds += time.perf_counter() - start
+            p.steps += len(batches)
+            c.model.eval()
+            with torch.no_grad():
+                p.val = statistics.fmean(c.val_loss(x, y) for x, y in val_batches)
+            p.reached = p.val <= args.target
+            if p.reached or p.seconds >= args.ttq_budget:
+                active.remove(c)
+    return progress
+
+
+def measure_generation(new_tokens: int, rounds: int) -> float:
+    """Tokens/s of gptlib's generate with and without the KV cache (greedy, context 256)."""
+    config = GPTConfig(vocab_size=3_771, context_length=256, d_model=128, n_heads=4, n_blocks=4)
     torch.manual_seed(0)
     model = GPT(config).eval()
-
-    def run() -> tuple[float, torch.Tensor]:
-        start = time.perf_counter()
-        out = generate(model, [0], new_tokens, temperature=0, use_cache=use_cache)
-        return new_tokens / (time.perf_counter() - start), out
-
-    return run
-
-
-def step_split(sec_compact: float, sec_full: float) -> tuple[float, float]:
-    """Solve ``sec = fixed + per_row * vocab`` from the two vocabulary sizes: the seconds of a
-    step that do not depend on the vocabulary, and the seconds each vocabulary row adds."""
-    per_row = (sec_full - sec_compact) / (FULL_VOCAB - COMPACT_VOCAB)
-    return sec_compact - per_row * COMPACT_VOCAB, per_row
+    print(
+        f"\ngeneration (gptlib): {new_tokens} new tokens after a 1-token prompt, greedy, context "
+        f"256, d_model 128, 4 heads, 4 blocks, vocab 3,771"
+    )
+    rate, ids = {False: 0.0, True: 0.0}, {}
+    for _ in range(rounds):  # take turns, keep the best
+        for cached in (False, True):
+            start = time.perf_counter()
+            ids[cached] = generate(model, [0], new_tokens, temperature=0, use_cache=cached)
+            rate[cached] = max(rate[cached], new_tokens / (time.perf_counter() - start))
+    same = "yes" if torch.equal(ids[False], ids[True]) else "NO"
+    ratio = rate[True] / rate[False]
+    print(f"  without KV cache: {rate[False]:8.1f} tokens/s")
+    print(f"  with KV cache:    {rate[True]:8.1f} tokens/s")
+    print(f"  cache / no cache: {ratio:.2f}x  (target >= {TARGETS['kv_cache']:g})"
+          f"; identical tokens: {same}")  # fmt: skip
+    return ratio
 
 
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
 
-
-def _row(label: str, sec: float, shape: Shape, vocab: int, peak: float) -> str:
-    tokens = shape.batch_size * shape.context_length
-    gflops = training_flops_per_token(shape.config(vocab)) * tokens / sec / 1e9
-    rate = f"{1 / sec:9.1f}{tokens / sec:11,.0f}{gflops:9.2f}{100 * gflops / peak:8.1f}%"
-    return f"  {label:<42}{rate}"
-
-
-BASELINE = "baseline (per-head loop, default AdamW)"
-EXPLICIT = "gptlib train, explicit attention"
-FUSED = "gptlib train, fused attention"
-CLIPPED = "gptlib train, fused, grad clip 1.0"
+NANO_ARCH = "gptlib, nanoGPT's architecture"
+BOOK = "gptlib book model (GPTConfig())"
+BOOK_FUSED = "gptlib book model, fused attention"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/bench.py",
-        description="Measure gptlib's training and generation speed on this machine.",
+        description="Compare gptlib's training speed with nanoGPT's and the article's model.",
     )
-    parser.add_argument("--seconds", type=float, default=6.0, help="timed seconds per candidate")
-    parser.add_argument("--rounds", type=int, default=6, help="turns per measurement (best)")
+    parser.add_argument("--nanogpt", default=None, help="path of nanoGPT's model.py")
+    parser.add_argument("--article", default=None, help="path of the article's model.py")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
-    parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate")
+    parser.add_argument("--target", type=float, default=7.0, help="validation loss to reach")
+    parser.add_argument("--every", type=int, default=25, help="steps between evaluations")
     parser.add_argument(
-        "--quick", action="store_true",
-        help="a smoke run in seconds (--seconds 0.3 --rounds 1 --new-tokens 32): ratios are noisy",
-    )  # fmt: skip
+        "--ttq-budget", type=float, default=150.0, help="training seconds per model (0: skip)"
+    )
+    parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate")
+    parser.add_argument("--quick", action="store_true",
+        help="a smoke run in a few minutes: --steps 4 --rounds 2 --target 9 --ttq-budget 20 "
+             "--new-tokens 64; ratios are noisy")  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
-        args.seconds, args.rounds, args.new_tokens = 0.3, 1, 32
+        args.steps, args.rounds, args.target, args.ttq_budget = 4, 2, 8.5, 30.0
+        args.new_tokens, args.every = 64, 10
     return args
 
 
@@ -368,97 +382,90 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
 
-CASES = [(BOOK, FULL_VOCAB), (BOOK, COMPACT_VOCAB), (LARGER, COMPACT_VOCAB)]
+def build_candidates(args: argparse.Namespace, quiet: bool = False) -> list[Candidate]:
+    """gptlib's rows always; a peer's row when its file is given and loads (else say why not)."""
+    cands = [gptlib_candidate(NANO_ARCH, nanogpt_arch_config())]
+    for which, how in (("nanogpt", NANOGPT_HOW), ("article", ARTICLE_HOW)):
+        if which == "article":  # the book models, then the article's next to them
+            cands.append(gptlib_candidate(BOOK, GPTConfig()))
+            cands.append(gptlib_candidate(BOOK_FUSED, GPTConfig(fused_attention=True)))
+        path = getattr(args, which)
+        if path is None:
+            if not quiet:
+                print(f"skipping the {which} rows: no file given; to compare, get {how}")
+            continue
+        try:
+            load = nanogpt_candidate if which == "nanogpt" else article_candidate
+            cands.append(load(load_nanogpt(path) if which == "nanogpt" else load_article(path)))
+        except PeerFileError as err:
+            print(f"skipping the {which} rows: {err}")
+    return cands
 
 
-def measure_training(args: argparse.Namespace, peak: float) -> dict[tuple[str, int, str], float]:
-    """Seconds per step of every candidate for every case (printed as they come)."""
-    g = torch.Generator().manual_seed(0)
-    data = {v: torch.randint(v, (60_000,), generator=g) for v in (FULL_VOCAB, COMPACT_VOCAB)}
-    header = f"{'it/s':>9}{'tokens/s':>11}{'GFLOP/s':>9}{'of peak':>9}"
-    print(f"\ntraining, steady state{' ' * 22}{header}")
-    sec: dict[tuple[str, int, str], float] = {}
-    for shape, vocab in CASES:
-        print(
-            f"{shape.name}: batch {shape.batch_size}, context {shape.context_length}, d_model "
-            f"{shape.d_model}, {shape.n_heads} heads, {shape.n_blocks} blocks, vocab {vocab:,}"
-        )
-        d = data[vocab]
-        runners = {
-            BASELINE: baseline_runner(shape, vocab, d),
-            EXPLICIT: gptlib_runner(shape, vocab, d, fused=False),
-            FUSED: gptlib_runner(shape, vocab, d),
-        }
-        if (shape, vocab) == (BOOK, FULL_VOCAB):
-            runners[CLIPPED] = gptlib_runner(shape, vocab, d, grad_clip=1.0)
-        for which, value in best_of_rounds(runners, args.seconds, args.rounds).items():
-            sec[shape.name, vocab, which] = value
-            print(_row(which, value, shape, vocab, peak), flush=True)
-    return sec
+def _params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # a tied weight is counted once
 
 
-def print_ratios(sec: dict[tuple[str, int, str], float]) -> None:
-    print("\nratios of iterations/s")
-    for shape, vocab in CASES:
-        what = f"{shape.name}, vocab {vocab:,}"
-        r = sec[shape.name, vocab, BASELINE] / sec[shape.name, vocab, FUSED]
-        target = "  (target >= 2)" if (shape, vocab) == (BOOK, FULL_VOCAB) else ""
-        print(f"  gptlib fused / baseline, {what}: {r:.2f}x{target}")
-        r = sec[shape.name, vocab, EXPLICIT] / sec[shape.name, vocab, FUSED]
-        print(f"  fused / explicit attention, {what}: {r:.2f}x")
-    r = sec["book", FULL_VOCAB, FUSED] / sec["book", COMPACT_VOCAB, FUSED]
-    print(f"  compact / full vocabulary, book, gptlib fused: {r:.2f}x  (target >= 5)")
-    r = sec["book", FULL_VOCAB, BASELINE] / sec["book", COMPACT_VOCAB, FUSED]
-    print(f"  gptlib compact / baseline full vocabulary, book: {r:.2f}x")
-    fixed, per_row = step_split(sec["book", COMPACT_VOCAB, FUSED], sec["book", FULL_VOCAB, FUSED])
-    print(
-        f"  a book step (gptlib fused) = {1e3 * fixed:.2f} ms that do not depend on the vocabulary"
-        f" + {1e9 * per_row:.0f} ns per vocabulary row ({1e3 * per_row * FULL_VOCAB:.1f} ms at "
-        f"{FULL_VOCAB:,}, {1e3 * per_row * COMPACT_VOCAB:.1f} ms at {COMPACT_VOCAB:,})"
-    )
+def print_training(cands: list[Candidate], per_round: dict[str, list[float]]) -> None:
+    print(f"\n{'training, steady state':<38}{'params':>12}{'it/s best':>11}{'median':>9}"
+          f"{'tokens/s':>10}")  # fmt: skip
+    for c in cands:
+        secs = per_round[c.name]
+        best, median = 1 / min(secs), 1 / statistics.median(secs)
+        print(f"  {c.name:<36}{_params(c.model):>12,}{best:11.2f}{median:9.2f}"
+              f"{best * BATCH * CONTEXT:10,.0f}")  # fmt: skip
+    pairs = [
+        (NANO_ARCH, NANOGPT, TARGETS["nanogpt"]),
+        (BOOK, ARTICLE, TARGETS["article"]),
+        (BOOK_FUSED, ARTICLE, None),
+    ]
+    print("\nratios of iterations/s (best of rounds; median of rounds in brackets)")
+    for mine, theirs, target in pairs:
+        if theirs not in per_round:
+            continue
+        best = min(per_round[theirs]) / min(per_round[mine])
+        median = statistics.median(per_round[theirs]) / statistics.median(per_round[mine])
+        goal = f"  (target >= {target:g})" if target else ""
+        print(f"  {mine} / {theirs}: {best:.2f}x ({median:.2f}x){goal}")
 
 
-def measure_generation(args: argparse.Namespace) -> None:
-    gen = GPTConfig(**{**LARGER.config(COMPACT_VOCAB).to_dict(), "context_length": 256})
-    print(
-        f"\ngeneration: {args.new_tokens} new tokens after a 1-token prompt, greedy, context "
-        f"256, d_model {gen.d_model}, {gen.n_heads} heads, {gen.n_blocks} blocks, vocab "
-        f"{gen.vocab_size:,}"
-    )
-    runs = {False: generation_runner(gen, args.new_tokens, False)}
-    runs[True] = generation_runner(gen, args.new_tokens, True)
-    rate = {False: 0.0, True: 0.0}
-    ids: dict[bool, torch.Tensor] = {}
-    for _ in range(args.rounds):  # take turns, keep the best
-        for cached, run in runs.items():
-            tokens_per_s, ids[cached] = run()
-            rate[cached] = max(rate[cached], tokens_per_s)
-    print(f"  without KV cache: {rate[False]:8.1f} tokens/s")
-    print(f"  with KV cache:    {rate[True]:8.1f} tokens/s")
-    same = "yes" if torch.equal(ids[False], ids[True]) else "NO"
-    ratio = rate[True] / rate[False]
-    print(f"  cache / no cache: {ratio:.2f}x  (target >= 3); identical tokens: {same}")
+def print_quality(cands: list[Candidate], progress: dict[str, Progress], target: float) -> None:
+    print(f"\ntime to quality: validation loss <= {target:g} (20 fixed validation batches)")
+    for c in cands:
+        p = progress[c.name]
+        if p.reached:
+            print(f"  {c.name:<36} {p.seconds:7.1f} s of training, {p.steps:5d} steps "
+                  f"(from {p.start:.3f})")  # fmt: skip
+        else:
+            print(f"  {c.name:<36} not reached in {p.seconds:.1f} s ({p.steps} steps, "
+                  f"validation loss {p.val:.3f})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python benchmarks/bench.py``: print the measurements (takes a few minutes)."""
+    """``python benchmarks/bench.py [--nanogpt PATH] [--article PATH]``: print the comparison."""
     args = _parse(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     print(
-        f"gptlib benchmark: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-        f"{os.cpu_count()} CPU(s), {platform.machine()} {platform.system()}, "
+        f"benchmark: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{os.cpu_count()} CPU(s), {platform.machine()} {platform.system()}, fp32, "
         f"load average before: {_load()}"
     )
-    peak, n = matmul_peak()
-    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s (torch.mm, {n}x{n})")
-    print_ratios(measure_training(args, peak))
-    measure_generation(args)
-    peak_after, _ = matmul_peak()
-    print(f"\nfp32 matmul peak measured again at the end: {peak_after:.1f} GFLOP/s")
-    if abs(peak_after - peak) > 0.2 * max(peak, peak_after):
-        print("warning: the two peak measurements differ by more than 20%: the machine was busy")
+    train, val, what = book_ids()
+    shape = f"batch {BATCH}, context {CONTEXT}, d_model {D_MODEL}, {N_HEADS} heads"
+    print(f"data: {what}; {shape}, {N_BLOCKS} blocks, vocab {FULL_VOCAB:,}, lr {LR:g}")
+    cands = build_candidates(args)
+    quality = None
+    if args.ttq_budget > 0 and train is not val:  # first, while the models are untrained
+        ttq = [c for c in cands if c.name in (NANO_ARCH, NANOGPT, BOOK, ARTICLE)]
+        quality = (ttq, time_to_quality(ttq, train, val, args))
+        cands = build_candidates(args, quiet=True)  # untrained again, from the same seeds
+    per_round = timed_rounds(cands, train, args.steps, args.rounds)
+    print_training(cands, per_round)
+    if quality is not None:
+        print_quality(*quality, args.target)
+    measure_generation(args.new_tokens, max(2, args.rounds // 2))
     print(f"\ntotal time {time.perf_counter() - start:.0f} s; load average after: {_load()}")
     return 0
 

@@ -6,6 +6,11 @@ CPU it is computed a few rows at a time, with the gradient ``softmax(logits) - o
 written in one pass: PyTorch's own version materialises ``log_softmax`` and a zero-filled gradient
 of the full (N, V) size, which dominates a CPU training step when V is large (100,070 for the
 book's full vocabulary); this one runs about twice as fast there. Other devices use PyTorch's.
+
+``linear_cross_entropy(hidden, weight, targets)`` is the output layer and that loss in one step,
+``cross_entropy(F.linear(hidden, weight), targets)``: the model's training forward pass calls it.
+With a large vocabulary on a CPU it goes a block of vocabulary columns at a time and never holds
+the (N, V) logits or their gradient, which makes a step of the book's model faster.
 """
 
 from __future__ import annotations
@@ -54,11 +59,109 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _ChunkedCrossEntropy.apply(flat_logits, flat_targets)
 
 
+# ---- the output layer and the loss together (chapters 9-10) ----------------------------------
+
+# From which vocabulary size the fused path pays off on a CPU (benchmarks/crossover.py, a 2-core
+# AMD EPYC, 32 MB L3, busy with other jobs, interleaved rounds). It recomputes the logits in the
+# backward pass (one more matrix multiply) and saves writing and reading the (N, V) logits and
+# their gradient. A whole training step, book shape (N = 64, C = 64, tied embeddings), plain /
+# fused time: V = 8,192: 0.77-0.96x; 16,384: 0.75-1.04x; 32,768: 1.01-1.13x; 100,070: 1.11-1.40x
+# (1 and 2 threads). The output layer and loss alone at N = 256 and 768: 1.06-1.85x from 32,768.
+FUSED_MIN_VOCAB = 32_768
+_CHUNK_FLOATS = 1 << 18  # ~1 MB of float32 logits per chunk: it stays in the CPU's L2 cache
+
+
+def _vocab_chunk(N: int, V: int) -> int:
+    """Columns per chunk: ~1 MB of (N, cols) logits, at least 256 columns, at most V."""
+    return min(V, max(256, _CHUNK_FLOATS // max(N, 1)))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``hidden @ weight.T``, a block of vocabulary columns at a time.
+
+    Forward: each block's logits (cols, N) give their per-row logsumexp; the blocks' values are
+    combined at the end. Backward recomputes each block's logits (one extra matrix multiply,
+    cheaper than writing and reading the (N, V) logits and their gradient) and turns them into
+    ``softmax * scale`` in place, then adds that block's share to grad_hidden and writes its rows
+    of grad_weight. The one-hot part of ``softmax - one_hot`` is subtracted once at the end.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor):
+        N, V = hidden.shape[0], weight.shape[0]  # hidden (N, C), weight (V, C), targets (N,)
+        cols = _vocab_chunk(N, V)
+        hidden_t = hidden.T.contiguous()  # (C, N): w @ hidden_t is the faster product on a CPU
+        starts = range(0, V, cols)
+        parts = torch.empty(len(starts), N, dtype=hidden.dtype, device=hidden.device)
+        for k, i in enumerate(starts):
+            parts[k] = torch.logsumexp(weight[i : i + cols] @ hidden_t, dim=0)  # (N,)
+        lse = torch.logsumexp(parts, dim=0)  # (N,) logsumexp over the whole vocabulary
+        picked = (hidden * weight[targets]).sum(dim=1)  # (N,) the targets' logits
+        ctx.save_for_backward(hidden, hidden_t, weight, targets, lse)
+        ctx.cols = cols
+        return (lse - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        hidden, hidden_t, weight, targets, lse = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[:2]
+        scale = grad_out / hidden.shape[0]  # d(mean)/d(each row's loss)
+        grad_h = torch.zeros_like(hidden) if need_h else None  # (N, C)
+        grad_w = torch.empty(weight.shape, dtype=weight.dtype) if need_w else None  # (V, C)
+        for i in range(0, weight.shape[0], ctx.cols):
+            w = weight[i : i + ctx.cols]  # (cols, C)
+            p = w @ hidden_t  # (cols, N): the block's logits again, transposed
+            p.sub_(lse).exp_().mul_(scale)  # softmax * scale
+            if need_h:
+                grad_h.addmm_(p.T, w)  # (N, C)
+            if need_w:
+                torch.mm(p, hidden, out=grad_w[i : i + ctx.cols])  # (cols, C)
+        # the one-hot part: each row's target column gets -scale
+        if need_h:
+            grad_h.sub_(weight[targets] * scale)
+        if need_w:
+            grad_w.index_add_(0, targets, hidden * -scale)
+        return grad_h, grad_w, None
+
+
+def _fused_applies(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """The fused path is for fp32/fp64 on a CPU, without autocast, and a large vocabulary."""
+    return (
+        hidden.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and hidden.dtype == weight.dtype
+        and hidden.dtype in (torch.float32, torch.float64)
+        and not torch.is_autocast_enabled("cpu")
+        and weight.shape[0] >= FUSED_MIN_VOCAB
+    )
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
-    """Mean cross-entropy of the logits ``hidden @ weight.T`` against ``targets``.
+    """Mean cross-entropy of the logits ``hidden @ weight.T`` against ``targets`` (chapters 9-10).
 
-    hidden: (..., C), weight: (V, C), targets: (...).
+    hidden: (..., C), weight: (V, C), targets: (...) with ids in 0..V-1. The value (and the
+    gradients of hidden and weight) are those of ``cross_entropy(F.linear(hidden, weight),
+    targets)`` up to float rounding. On a CPU with a large vocabulary (``V >= FUSED_MIN_VOCAB``;
+    fp32/fp64, no autocast) the two are computed together a block of vocabulary columns at a time,
+    so the (N, V) logits and their gradient never exist in memory. Otherwise it is exactly that
+    expression: small logits stay in the cache anyway; bf16 autocast keeps PyTorch's bf16 matrix
+    multiply; and on a GPU one large cuBLAS product should beat a Python loop of small ones (not
+    measured: no GPU was available when the cross-over was measured).
     """
-    return cross_entropy(F.linear(hidden, weight), targets)
+    C = hidden.shape[-1]
+    if weight.dim() != 2 or weight.shape[1] != C or targets.shape != hidden.shape[:-1]:
+        raise ValueError(
+            f"expected hidden (..., C), weight (V, C) and targets (...) with hidden's leading "
+            f"shape, got hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}, targets "
+            f"{tuple(targets.shape)}"
+        )
+    if not _fused_applies(hidden, weight):
+        return cross_entropy(F.linear(hidden, weight), targets)
+    flat_t = targets.reshape(-1).long()  # (N,)
+    V = weight.shape[0]
+    if flat_t.numel() and (int(flat_t.min()) < 0 or int(flat_t.max()) >= V):
+        lo, hi = int(flat_t.min()), int(flat_t.max())
+        raise IndexError(f"targets must be token ids in 0..{V - 1}, got ids from {lo} to {hi}")
+    return _LinearCrossEntropy.apply(hidden.reshape(-1, C), weight, flat_t)

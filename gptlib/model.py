@@ -528,8 +528,9 @@ class GPT(nn.Module):
         is given (else None). With a KV cache, ``idx`` holds only the new tokens.
 
         ``return_logits=False`` (with targets) returns ``(None, loss)``: the output layer and the
-        loss are then computed together, a few rows at a time, without ever holding the (B, T, V)
-        logits (:func:`gptlib.loss.linear_cross_entropy`); training uses this.
+        loss are then computed together (:func:`gptlib.loss.linear_cross_entropy`); on a CPU with
+        a vocabulary of ``FUSED_MIN_VOCAB`` or more, a block of vocabulary columns at a time,
+        without ever holding the (B, T, V) logits. Training uses this.
         """
         x = self.final_norm(self.hidden_states(idx, cache))  # (B, T, C)
         if targets is not None:

@@ -1,0 +1,198 @@
+"""The output layer and the loss computed together (gptlib.loss.linear_cross_entropy): the same
+value and gradients as ``F.cross_entropy(F.linear(h, W), t)``, in every shape it is given."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_ids, tiny_model
+
+from gptlib import loss
+from gptlib.loss import cross_entropy, linear_cross_entropy
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# float32 sums of a few thousand terms, taken in another order: equal to ~1e-6 relative
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+@pytest.fixture
+def always_fused(monkeypatch):
+    """Take the fused path at every vocabulary size, with small blocks (256 columns each)."""
+    monkeypatch.setattr(loss, "FUSED_MIN_VOCAB", 1)
+    monkeypatch.setattr(loss, "_CHUNK_FLOATS", 1)
+
+
+def reference(h: torch.Tensor, W: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(F.linear(h, W).reshape(-1, W.shape[0]), t.reshape(-1))
+
+
+def value_and_grads(fn, h: torch.Tensor, W: torch.Tensor, t: torch.Tensor):
+    h, W = h.detach().requires_grad_(), W.detach().requires_grad_()
+    value = fn(h, W, t)
+    value.backward()
+    return value.detach(), h.grad, W.grad
+
+
+def make(N: int, C: int, V: int, seed: int = 0, scale: float = 1.0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(N, C, generator=g)
+    W = torch.randn(V, C, generator=g) * scale / C**0.5
+    return h, W, torch.randint(V, (N,), generator=g)
+
+
+@pytest.mark.parametrize(
+    "N, C, V",
+    [(1, 4, 3), (5, 8, 256), (7, 16, 1000), (64, 64, 777), (3, 32, 2049), (300, 8, 600)],
+)
+@pytest.mark.parametrize("scale", [1.0, 30.0])  # 30: logits in the hundreds (no overflow)
+def test_fused_matches_linear_then_cross_entropy(always_fused, N, C, V, scale):
+    h, W, t = make(N, C, V, scale=scale)
+    mine = value_and_grads(linear_cross_entropy, h, W, t)
+    assert mine[0].grad_fn is None  # detached copy; the op itself is checked below
+    theirs = value_and_grads(reference, h, W, t)
+    # softmax - one_hot cancels when the target is near-certain: the rounding then follows the
+    # size of the terms (W's entries grow with ``scale``), not the size of the result
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_fused_path_is_the_autograd_function(always_fused):
+    h, W, t = make(4, 8, 600)
+    out = linear_cross_entropy(h.requires_grad_(), W, t)
+    assert type(out.grad_fn).__name__ == "_LinearCrossEntropyBackward"
+
+
+def test_the_cross_over_picks_the_path(monkeypatch):
+    monkeypatch.setattr(loss, "FUSED_MIN_VOCAB", 700)
+    for V, fused in [(699, False), (700, True)]:
+        h, W, t = make(6, 8, V)
+        out = linear_cross_entropy(h.requires_grad_(), W, t)
+        assert (type(out.grad_fn).__name__ == "_LinearCrossEntropyBackward") == fused
+        if not fused:  # exactly the plain expression, not merely close to it
+            assert torch.equal(out, cross_entropy(F.linear(h, W), t))
+        torch.testing.assert_close(out, reference(h, W, t), **TOL)
+
+
+def test_the_book_vocabulary_takes_the_fused_path_and_the_compact_one_the_plain_one():
+    h = torch.empty(4, 16, 64)  # the book's batch of hidden states
+    assert loss._fused_applies(h, torch.empty(100_070, 64))  # the full cl100k output layer
+    assert not loss._fused_applies(h, torch.empty(3_771, 64))  # the corpus's compact vocabulary
+    assert not loss._fused_applies(h.double(), torch.empty(100_070, 64))  # mixed dtypes
+
+
+def test_fused_takes_3d_hidden_and_non_contiguous_inputs(always_fused):
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(3, 16, 5, generator=g).transpose(1, 2)  # (B, T, C) = (3, 5, 16), strided
+    W = torch.randn(16, 700, generator=g).T / 4  # (V, C) = (700, 16), a transposed view
+    t = torch.randint(700, (5, 3), generator=g).T  # (B, T), strided
+    assert not (h.is_contiguous() or W.is_contiguous() or t.is_contiguous())
+    mine = value_and_grads(linear_cross_entropy, h, W, t)
+    theirs = value_and_grads(reference, h, W, t)
+    assert mine[1].shape == (3, 5, 16) and mine[2].shape == (700, 16)
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_fused_gradcheck_float64(always_fused):
+    h, W, t = make(5, 3, 300)  # 300 columns: two blocks of 256 and 44
+    h, W = h.double().requires_grad_(), W.double().requires_grad_()
+    assert torch.autograd.gradcheck(linear_cross_entropy, (h, W, t))
+    assert torch.autograd.gradcheck(lambda h: linear_cross_entropy(h, W.detach(), t), (h,))
+
+
+def test_fused_gradient_scales_with_the_incoming_gradient(always_fused):
+    h, W, t = make(4, 8, 500)
+    h.requires_grad_()
+    (3.0 * linear_cross_entropy(h, W, t)).backward()
+    expected = torch.autograd.grad(3.0 * reference(h, W, t), h)[0]
+    torch.testing.assert_close(h.grad, expected, **TOL)
+
+
+def test_fused_tied_embedding_gets_both_gradients(always_fused):
+    """W is the input embedding too: its gradient is the embedding's plus the output layer's."""
+    torch.manual_seed(0)
+    V, C = 600, 8
+    ids, t = random_ids(2, 3, 6, V), random_ids(3, 3, 6, V)  # (B, T) each
+
+    def tied_loss(fn):
+        emb = torch.nn.Embedding(V, C)
+        emb.weight.data.copy_(make(1, C, V)[1])
+        h = torch.tanh(emb(ids))  # (B, T, C), any function of the embedding
+        fn(h, emb.weight, t).backward()
+        return emb.weight.grad
+
+    torch.testing.assert_close(tied_loss(linear_cross_entropy), tied_loss(reference), **TOL)
+
+
+def test_fused_skips_gradients_nobody_asked_for(always_fused):
+    h, W, t = make(4, 8, 500)
+    h.requires_grad_()
+    linear_cross_entropy(h, W, t).backward()  # W needs no gradient
+    assert W.grad is None and h.grad is not None
+    with torch.no_grad():
+        torch.testing.assert_close(linear_cross_entropy(h, W, t), reference(h, W, t), **TOL)
+
+
+def test_bf16_autocast_uses_the_plain_path(always_fused):
+    h, W, t = make(6, 16, 700)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear_cross_entropy(h.requires_grad_(), W, t)
+        expected = cross_entropy(F.linear(h, W), t)  # bf16 logits, fp32 loss
+    assert out.dtype == torch.float32
+    assert type(out.grad_fn).__name__ != "_LinearCrossEntropyBackward"
+    assert torch.equal(out, expected)
+    # bf16 logits carry ~3 significant digits: close to the fp32 value, not equal
+    torch.testing.assert_close(out, reference(h, W, t), rtol=2e-2, atol=2e-2)
+
+
+def test_other_dtypes_use_the_plain_path(always_fused):
+    h, W, t = make(6, 16, 700)
+    out = linear_cross_entropy(h.bfloat16(), W.bfloat16(), t)
+    assert torch.equal(out, cross_entropy(F.linear(h.bfloat16(), W.bfloat16()), t))
+
+
+@pytest.mark.parametrize("bad", [-1, 700])
+def test_fused_rejects_targets_outside_the_vocabulary(always_fused, bad):
+    h, W, t = make(6, 16, 700)
+    t[2] = bad
+    with pytest.raises(IndexError, match=r"0\.\.699"):
+        linear_cross_entropy(h, W, t)
+
+
+def test_mismatched_shapes_are_explained():
+    h, W, t = make(6, 16, 700)
+    with pytest.raises(ValueError, match="leading shape"):
+        linear_cross_entropy(h, W, t[:5])
+    with pytest.raises(ValueError, match=r"weight \(V, C\)"):
+        linear_cross_entropy(h, W[:, :8], t)
+
+
+@pytest.mark.parametrize("vocab_size", [50, 700])  # the plain and the fused path
+def test_model_loss_without_logits_equals_the_loss_with_them(monkeypatch, vocab_size):
+    monkeypatch.setattr(loss, "FUSED_MIN_VOCAB", 600)
+    for tie in (False, True):
+        model = tiny_model(vocab_size=vocab_size, tie_embeddings=tie)
+        x, y = random_ids(4, 2, 12, vocab_size), random_ids(5, 2, 12, vocab_size)
+        grads = []
+        for return_logits in (True, False):
+            model.zero_grad(set_to_none=True)
+            logits, value = model(x, y, return_logits=return_logits)
+            assert (logits is None) == (not return_logits)
+            value.backward()
+            grads.append((value.detach(), [p.grad for p in model.parameters()]))
+        torch.testing.assert_close(grads[0][0], grads[1][0], **TOL)
+        for a, b in zip(grads[0][1], grads[1][1], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_model_target_checks_are_unchanged(monkeypatch):
+    monkeypatch.setattr(loss, "FUSED_MIN_VOCAB", 1)
+    model = tiny_model()
+    x = random_ids(6, 2, 12)
+    for return_logits in (True, False):
+        with pytest.raises(ValueError, match="outside the model's vocabulary"):
+            model(x, torch.full_like(x, 50), return_logits=return_logits)
+        with pytest.raises(ValueError, match="same shape as the input"):
+            model(x, x[:, :5], return_logits=return_logits)
