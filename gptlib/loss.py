@@ -76,14 +76,44 @@ def _vocab_chunk(N: int, V: int) -> int:
     return min(V, max(256, _CHUNK_FLOATS // max(N, 1)))
 
 
+def _sum_exp_shifted(
+    weight: torch.Tensor, hidden_t: torch.Tensor, shift: torch.Tensor, cols: int
+) -> torch.Tensor:
+    """``sum_v exp(logit[n, v] - shift[n])`` for every row n, a block of vocabulary columns at a
+    time: (N,). The column sums of each (cols, N) block are one matrix product with a row of ones,
+    cheaper on a CPU than a reduction over the block's rows."""
+    N = hidden_t.shape[1]
+    ones = torch.ones(1, cols, dtype=hidden_t.dtype)  # (1, cols)
+    total = torch.zeros(1, N, dtype=hidden_t.dtype)  # (1, N)
+    for i in range(0, weight.shape[0], cols):
+        block = weight[i : i + cols] @ hidden_t  # (cols, N): this block's logits, transposed
+        block.sub_(shift).exp_()
+        total.addmm_(ones[:, : block.shape[0]], block)  # += the block's column sums
+    return total.squeeze(0)
+
+
+def _logsumexp_blocks(weight: torch.Tensor, hidden_t: torch.Tensor, cols: int) -> torch.Tensor:
+    """``logsumexp`` of every row of ``(weight @ hidden_t).T`` (N,), each block shifted by its own
+    maximum: safe for any logits (the path for a row whose logits overflow the faster one)."""
+    starts = range(0, weight.shape[0], cols)
+    parts = torch.empty(len(starts), hidden_t.shape[1], dtype=hidden_t.dtype)  # (blocks, N)
+    for k, i in enumerate(starts):
+        parts[k] = torch.logsumexp(weight[i : i + cols] @ hidden_t, dim=0)  # (N,)
+    return torch.logsumexp(parts, dim=0)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of ``hidden @ weight.T``, a block of vocabulary columns at a time.
 
-    Forward: each block's logits (cols, N) give their per-row logsumexp; the blocks' values are
-    combined at the end. Backward recomputes each block's logits (one extra matrix multiply,
-    cheaper than writing and reading the (N, V) logits and their gradient) and turns them into
-    ``softmax * scale`` in place, then adds that block's share to grad_hidden and writes its rows
-    of grad_weight. The one-hot part of ``softmax - one_hot`` is subtracted once at the end.
+    Forward: each row's loss is ``log(sum_v exp(logit_v - logit_target))``. Shifting by the
+    target's own logit (instead of the row's maximum, which would cost one more pass over every
+    block) keeps the sum >= 1, since the target contributes exp(0); only a row where some logit
+    beats the target's by more than ~88 overflows float32, and then the whole batch is computed
+    again with each block shifted by its maximum. Backward recomputes each block's logits (one
+    extra matrix multiply, cheaper than writing and reading the (N, V) logits and their gradient),
+    turns them into the softmax in place, and adds that block's share to grad_hidden and writes its
+    rows of grad_weight; the mean's 1/N and the one-hot part of ``softmax - one_hot`` are applied
+    once, to the small (N, C) tensors.
     """
 
     @staticmethod
@@ -91,36 +121,37 @@ class _LinearCrossEntropy(torch.autograd.Function):
         N, V = hidden.shape[0], weight.shape[0]  # hidden (N, C), weight (V, C), targets (N,)
         cols = _vocab_chunk(N, V)
         hidden_t = hidden.T.contiguous()  # (C, N): w @ hidden_t is the faster product on a CPU
-        starts = range(0, V, cols)
-        parts = torch.empty(len(starts), N, dtype=hidden.dtype, device=hidden.device)
-        for k, i in enumerate(starts):
-            parts[k] = torch.logsumexp(weight[i : i + cols] @ hidden_t, dim=0)  # (N,)
-        lse = torch.logsumexp(parts, dim=0)  # (N,) logsumexp over the whole vocabulary
         picked = (hidden * weight[targets]).sum(dim=1)  # (N,) the targets' logits
-        ctx.save_for_backward(hidden, hidden_t, weight, targets, lse)
+        total = _sum_exp_shifted(weight, hidden_t, picked, cols)  # (N,), >= 1 unless overflowed
+        if bool(torch.isfinite(total).all()):
+            losses = total.log()  # (N,) = logsumexp - picked
+        else:  # a logit beyond float32's exp, or a NaN: the safe path (NaN stays NaN)
+            losses = _logsumexp_blocks(weight, hidden_t, cols) - picked
+        ctx.save_for_backward(hidden, hidden_t, weight, targets, losses + picked)
         ctx.cols = cols
-        return (lse - picked).mean()
+        return losses.mean()
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         hidden, hidden_t, weight, targets, lse = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[:2]
         scale = grad_out / hidden.shape[0]  # d(mean)/d(each row's loss)
-        grad_h = torch.zeros_like(hidden) if need_h else None  # (N, C)
+        scaled_hidden = hidden * scale  # (N, C): grad_weight's block = softmax.T-block @ this
+        grad_h = torch.zeros_like(hidden) if need_h else None  # (N, C), times scale at the end
         grad_w = torch.empty(weight.shape, dtype=weight.dtype) if need_w else None  # (V, C)
         for i in range(0, weight.shape[0], ctx.cols):
             w = weight[i : i + ctx.cols]  # (cols, C)
             p = w @ hidden_t  # (cols, N): the block's logits again, transposed
-            p.sub_(lse).exp_().mul_(scale)  # softmax * scale
+            p.sub_(lse).exp_()  # the block's softmax probabilities
             if need_h:
                 grad_h.addmm_(p.T, w)  # (N, C)
             if need_w:
-                torch.mm(p, hidden, out=grad_w[i : i + ctx.cols])  # (cols, C)
-        # the one-hot part: each row's target column gets -scale
+                torch.mm(p, scaled_hidden, out=grad_w[i : i + ctx.cols])  # (cols, C)
+        # the one-hot part: each row's target column gets -1 (times scale)
         if need_h:
-            grad_h.sub_(weight[targets] * scale)
+            grad_h = (grad_h - weight[targets]) * scale
         if need_w:
-            grad_w.index_add_(0, targets, hidden * -scale)
+            grad_w.index_add_(0, targets, scaled_hidden, alpha=-1)
         return grad_h, grad_w, None
 
 

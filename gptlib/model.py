@@ -484,7 +484,11 @@ class GPT(nn.Module):
         """Token embedding (times sqrt(d_model) if ``config.scale_embeddings``, chapter 3) plus
         the positional encoding for positions start..start+T-1: (B, T, C)."""
         T = idx.shape[1]
-        x = self.token_embedding(idx.long())  # (B, T, C); nn.Embedding takes int64/int32 only
+        # With a tied output layer the loss already gives the shared (V, C) matrix a dense
+        # gradient; the lookup then adds only the rows it used (a sparse gradient) instead of a
+        # second, mostly zero (V, C) matrix. Untied, the table keeps an ordinary dense gradient.
+        sparse = self.config.tie_embeddings and torch.is_grad_enabled()
+        x = F.embedding(idx.long(), self.token_embedding.weight, sparse=sparse)  # (B, T, C)
         if self.config.scale_embeddings:  # keeps the tokens from drowning in the positions
             x = x * math.sqrt(self.config.d_model)
         if self.position_embedding is not None:

@@ -196,3 +196,73 @@ def test_model_target_checks_are_unchanged(monkeypatch):
             model(x, torch.full_like(x, 50), return_logits=return_logits)
         with pytest.raises(ValueError, match="same shape as the input"):
             model(x, x[:, :5], return_logits=return_logits)
+
+
+# ---- the two ways of summing the exponentials ----------------------------------------------
+
+
+@pytest.fixture
+def safe_path_calls(monkeypatch):
+    """Count the calls of the max-shifted (safe) path; the fast one shifts by the target's logit."""
+    calls = []
+    safe = loss._logsumexp_blocks
+
+    def counted(*args):
+        calls.append(1)
+        return safe(*args)
+
+    monkeypatch.setattr(loss, "_logsumexp_blocks", counted)
+    return calls
+
+
+def test_ordinary_logits_take_the_fast_path(always_fused, safe_path_calls):
+    h, W, t = make(16, 8, 700, scale=5.0)
+    mine = value_and_grads(linear_cross_entropy, h, W, t)
+    assert safe_path_calls == []
+    for a, b in zip(mine, value_and_grads(reference, h, W, t), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_logit_far_above_the_target_takes_the_safe_path(always_fused, safe_path_calls, dtype):
+    h, W, t = make(6, 8, 700, scale=1.0)
+    h, W = h.to(dtype), W.to(dtype)
+    W[123] = 60.0 * h[2] / h[2].norm()  # row 2's logit 123 beats its target's by far over 100
+    t[2] = 5
+    gap = (h[2] @ W[123] - h[2] @ W[5]).item()
+    assert gap > 100  # exp(gap) overflows float32
+    mine = value_and_grads(linear_cross_entropy, h, W, t)
+    assert len(safe_path_calls) == (1 if dtype == torch.float32 else 0)  # float64 holds exp(100)
+    theirs = value_and_grads(reference, h.double(), W.double(), t)
+    assert mine[0] > 10  # row 2 alone costs over 100 nats
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_nan_in_the_hidden_states_gives_a_nan_loss(always_fused):
+    h, W, t = make(4, 8, 600)
+    h[1, 3] = float("nan")
+    assert torch.isnan(linear_cross_entropy(h, W, t))
+
+
+# ---- a tied embedding's gradient -----------------------------------------------------------------
+
+
+def test_tied_model_table_gets_one_dense_gradient_equal_to_the_untied_sum(monkeypatch):
+    """Tied, the lookup hands back a sparse gradient that lands in the loss's dense one; the total
+    is what an untied copy's two tables receive together, on both output-layer paths."""
+    for min_vocab in (1, 10**9):  # fused, then plain
+        monkeypatch.setattr(loss, "FUSED_MIN_VOCAB", min_vocab)
+        tied = tiny_model(tie_embeddings=True, scale_embeddings=False)
+        untied = tiny_model(tie_embeddings=False, scale_embeddings=False)
+        untied.load_state_dict(tied.state_dict(), strict=False)
+        with torch.no_grad():
+            untied.lm_head.weight.copy_(tied.token_embedding.weight)
+        x, y = random_ids(0, 3, 12), random_ids(1, 3, 12)
+        for model in (tied, untied):
+            model(x, y, return_logits=False)[1].backward()
+        grad = tied.token_embedding.weight.grad
+        assert grad.layout == torch.strided  # dense: a fused AdamW takes it as it is
+        expected = untied.token_embedding.weight.grad + untied.lm_head.weight.grad
+        torch.testing.assert_close(grad, expected, **TOL)
+        assert untied.token_embedding.weight.grad.layout == torch.strided
