@@ -10,7 +10,8 @@ book's full vocabulary); this one runs about twice as fast there. Other devices 
 ``linear_cross_entropy(hidden, weight, targets)`` is the output layer and that loss in one step,
 ``cross_entropy(F.linear(hidden, weight), targets)``: the model's training forward pass calls it.
 With a large vocabulary on a CPU it goes a block of vocabulary columns at a time and never holds
-the (N, V) logits or their gradient, which makes a step of the book's model faster.
+the (N, V) logits or their gradient, which makes a step of the book's model faster; chapter 9's
+optional section builds it by hand.
 """
 
 from __future__ import annotations
@@ -61,12 +62,16 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 # ---- the output layer and the loss together (chapters 9-10) ----------------------------------
 
-# From which vocabulary size the fused path pays off on a CPU (benchmarks/crossover.py, a 2-core
-# AMD EPYC, 32 MB L3, busy with other jobs, interleaved rounds). It recomputes the logits in the
-# backward pass (one more matrix multiply) and saves writing and reading the (N, V) logits and
-# their gradient. A whole training step, book shape (N = 64, C = 64, tied embeddings), plain /
-# fused time: V = 8,192: 0.77-0.96x; 16,384: 0.75-1.04x; 32,768: 1.01-1.13x; 100,070: 1.11-1.40x
-# (1 and 2 threads). The output layer and loss alone at N = 256 and 768: 1.06-1.85x from 32,768.
+# From which vocabulary size the fused path pays off on a CPU (benchmarks/crossover.py,
+# interleaved rounds). It recomputes the logits in the backward pass (one more matrix multiply) and
+# saves writing and reading the (N, V) logits and their gradient. A whole training step, book
+# shape (N = 64, C = 64, tied embeddings), plain / fused time:
+# - a 2-core AMD EPYC, 32 MB L3, busy with other jobs (the first version of the fused path):
+#   V = 8,192: 0.77-0.96x; 16,384: 0.75-1.04x; 32,768: 1.01-1.13x; 100,070: 1.11-1.40x; the output
+#   layer and loss alone at N = 256 and 768: 1.06-1.85x from 32,768;
+# - a 2-core Intel Xeon with AVX-512 and a 480 MB L3 (this version, `--step --rounds 3`):
+#   V = 8,192 to 65,536: 1.00-1.03x; 100,070: 1.18x; the layer and loss alone at N = 256 and 768:
+#   1.83-2.24x from 16,384-32,768, and at N = 64 about even (0.95-1.06x at 65,536 and 100,070).
 FUSED_MIN_VOCAB = 32_768
 _CHUNK_FLOATS = 1 << 18  # ~1 MB of float32 logits per chunk: it stays in the CPU's L2 cache
 
