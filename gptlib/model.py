@@ -487,8 +487,8 @@ class GPT(nn.Module):
         # With a tied output layer the loss already gives the shared (V, C) matrix a dense
         # gradient; the lookup then adds only the rows it used (a sparse gradient) instead of a
         # second, mostly zero (V, C) matrix. Untied, the table keeps an ordinary dense gradient.
-        sparse = self.config.tie_embeddings and torch.is_grad_enabled()
-        x = F.embedding(idx.long(), self.token_embedding.weight, sparse=sparse)  # (B, T, C)
+        tied = self.config.tie_embeddings
+        x = F.embedding(idx.long(), self.token_embedding.weight, sparse=tied)  # (B, T, C)
         if self.config.scale_embeddings:  # keeps the tokens from drowning in the positions
             x = x * math.sqrt(self.config.d_model)
         if self.position_embedding is not None:

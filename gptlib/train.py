@@ -160,7 +160,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, factor: torch.Tensor | None
     fused = isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and optimizer.defaults.get(
         "fused"
     )
-    if fused and getattr(optimizer, "grad_scale", None) is None:
+    if fused:
         optimizer.grad_scale = 1.0 / factor  # (a 0-d tensor) the gradients are divided by it
         try:
             optimizer.step()
