@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from gptlib.config import GPTConfig, TrainConfig
-from gptlib.data import atomic_write
+from gptlib.distributed import unwrap
+from gptlib.files import atomic_write
 from gptlib.model import GPT
 from gptlib.tokenizer import Vocabulary
 
@@ -54,13 +55,6 @@ class Checkpoint:
     step: int
     optimizer_state: dict | None
     extra: dict = field(default_factory=dict)  # RNG states, history, encoding name, ...
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,10 +188,34 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     return raw
 
 
+# model_config fields renamed since version 1 of the format: old name -> new name
+RENAMED_FIELDS = {
+    "norm": "norm_placement",
+    "layer_norm_eps": "norm_eps",
+    "ffn_hidden": "d_ff_override",
+}
+
+
+def migrate_model_config(data: dict) -> dict:
+    """A model_config dict written by an older gptlib, in today's field names and values.
+
+    Renamed fields get their new names (:data:`RENAMED_FIELDS`); "derived" widths written as 0
+    (``ffn_hidden``, ``n_kv_heads``) become None; a config from before ``scale_embeddings``
+    existed did not scale.
+    """
+    data = {RENAMED_FIELDS.get(k, k): v for k, v in data.items()}
+    for name in ("d_ff_override", "n_kv_heads"):
+        if data.get(name) == 0:
+            data[name] = None
+    return {"scale_embeddings": False, **data}
+
+
 def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfig:
-    """Rebuild a :class:`GPTConfig`, turning bad or unknown fields into a CheckpointError."""
+    """Rebuild a :class:`GPTConfig` (migrated from older names, see
+    :func:`migrate_model_config`), turning bad or unknown fields into a CheckpointError."""
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: model_config is not a dict, got {type(data).__name__}")
+    data = migrate_model_config(data)
     known = {f.name for f in fields(GPTConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -205,7 +223,6 @@ def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfi
             f"{path}: model_config has fields this gptlib does not know: {unknown}; "
             "it was probably written by a newer gptlib"
         )
-    data = {"scale_embeddings": False, **data}  # written before the field existed: no scaling
     try:
         return GPTConfig(**data)
     except (TypeError, ValueError) as err:

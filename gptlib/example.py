@@ -65,6 +65,6 @@ def running_example(seed: int = BATCH_SEED) -> RunningExample:
     tokenizer = Tokenizer("cl100k_base")
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train, val = train_val_split(ids, 0.1)
-    x, y = get_batch(train, BATCH_SIZE, CONTEXT_LENGTH, generator=seed)
+    x, y = get_batch(train, BATCH_SIZE, CONTEXT_LENGTH, seed=seed)
     config = book_config(vocab_size=int(ids.max()) + 1)
     return RunningExample(text, tokenizer, ids, train, val, x, y, config)
