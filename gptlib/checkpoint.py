@@ -188,25 +188,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     return raw
 
 
-# model_config fields renamed since version 1 of the format: old name -> new name
-RENAMED_FIELDS = {
-    "norm": "norm_placement",
-    "layer_norm_eps": "norm_eps",
-    "ffn_hidden": "d_ff_override",
-}
-
-
 def migrate_model_config(data: dict) -> dict:
-    """A model_config dict written by an older gptlib, in today's field names and values.
-
-    Renamed fields get their new names (:data:`RENAMED_FIELDS`); "derived" widths written as 0
-    (``ffn_hidden``, ``n_kv_heads``) become None; a config from before ``scale_embeddings``
-    existed did not scale.
-    """
-    data = {RENAMED_FIELDS.get(k, k): v for k, v in data.items()}
-    for name in ("d_ff_override", "n_kv_heads"):
-        if data.get(name) == 0:
-            data[name] = None
+    """A model_config dict written by an older gptlib, completed for today's fields: a config
+    from before ``scale_embeddings`` existed did not scale the token embeddings."""
     return {"scale_embeddings": False, **data}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-NORM_PLACEMENTS = ("pre", "post")  # where the norm sits relative to the residual add (chapter 8)
+NORMS = ("pre", "post")  # where the norm sits relative to the residual add (chapter 8)
 NORM_TYPES = ("layernorm", "rmsnorm")  # LayerNorm (chapter 8) or RMSNorm (chapter 13)
 # a fixed sin/cos table added to the tokens (chapter 3), a trained table, or rotary position
 # embeddings that turn queries and keys inside attention (chapter 13)
@@ -34,11 +34,6 @@ def _positive_ints(obj: object, names: tuple[str, ...], minimum: int = 1) -> lis
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             problems.append(f"{name} must be {what}, got {value!r}")
     return problems
-
-
-def _optional_ints(obj: object, names: tuple[str, ...]) -> list[str]:
-    """One problem per field of ``names`` that is neither None nor a positive integer."""
-    return _positive_ints(obj, tuple(n for n in names if getattr(obj, n) is not None))
 
 
 def _choices(obj: object) -> list[str]:
@@ -67,12 +62,10 @@ class GPTConfig:
     n_heads: int = option(4, "H: attention heads; must divide d_model")
     n_blocks: int = option(8, "transformer blocks stacked on top of each other")
     ffn_mult: int = option(4, "feed-forward hidden width = ffn_mult * d_model (see d_ff)")
-    d_ff_override: int | None = option(None, "exact feed-forward hidden width (default: ffn_mult)")
-    n_kv_heads: int | None = option(None, "heads of keys/values (grouped-query); default n_heads")
+    ffn_hidden: int = option(0, "exact feed-forward hidden width; 0: from ffn_mult")
+    n_kv_heads: int = option(0, "heads of keys and values (grouped-query); 0: n_heads")
     dropout: float = option(0.1, "dropout rate (training only)")
-    norm_placement: str = option(
-        "pre", "where the norm sits: before or after each sub-layer", choices=NORM_PLACEMENTS
-    )
+    norm: str = option("pre", "where the norm sits: before or after each sub-layer", choices=NORMS)
     norm_type: str = option("layernorm", "LayerNorm or RMSNorm (chapter 13)", choices=NORM_TYPES)
     positions: str = option("sinusoidal", "position encoding (rope: chapter 13)", choices=POSITIONS)
     rope_base: float = option(10_000.0, "RoPE base: pair i turns by pos * base^(-2i/head_size)")
@@ -83,13 +76,13 @@ class GPTConfig:
     bias: bool = option(True, "biases in Linear and LayerNorm layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output layer")
     final_norm: bool = option(True, "a norm after the last block (needed with pre-norm)")
-    norm_eps: float = option(1e-5, "the epsilon of LayerNorm or RMSNorm")
+    layer_norm_eps: float = option(1e-5, "the epsilon of LayerNorm or RMSNorm")
     fused_attention: bool = option(False, "F.scaled_dot_product_attention, not the book's steps")
 
     def __post_init__(self) -> None:
         sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult")
         problems = _positive_ints(self, sizes)
-        problems += _optional_ints(self, ("d_ff_override", "n_kv_heads"))
+        problems += _positive_ints(self, ("ffn_hidden", "n_kv_heads"), minimum=0)
         if not problems:
             problems += self._head_problems()
         if not 0.0 <= self.dropout < 1.0:
@@ -125,17 +118,16 @@ class GPTConfig:
 
     @property
     def kv_heads(self) -> int:
-        """Heads of keys and values the model builds: n_kv_heads, or n_heads when that is None
-        (grouped-query attention, chapter 13)."""
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+        """Heads of keys and values: n_kv_heads, or n_heads when it is 0 (chapter 13)."""
+        return self.n_kv_heads or self.n_heads
 
     @property
     def d_ff(self) -> int:
-        """The feed-forward hidden width the model builds: d_ff_override when set, else
-        ffn_mult * d_model. SwiGLU has three matrices instead of two, so by default its width is
-        2/3 of that, which keeps the parameter count (chapter 13)."""
-        if self.d_ff_override is not None:
-            return self.d_ff_override
+        """The feed-forward hidden width: ffn_hidden when set, else ffn_mult * d_model. SwiGLU has
+        three matrices instead of two, so by default its width is 2/3 of that, which keeps the
+        parameter count (chapter 13)."""
+        if self.ffn_hidden:
+            return self.ffn_hidden
         if self.activation == "swiglu":
             return round(2 * self.ffn_mult * self.d_model / 3)
         return self.ffn_mult * self.d_model

@@ -205,7 +205,7 @@ def linear_cross_entropy(
 
     Equals ``F.cross_entropy(F.linear(hidden, weight), targets)``, the output layer and loss of
     :meth:`gptlib.model.GPT.forward`, in value and in the gradients of hidden and weight (tests:
-    ``test_linear_cross_entropy_matches_the_plain_layer_and_loss`` and its neighbours).
+    ``test_fused_matches_linear_then_cross_entropy`` and its neighbours).
     hidden: (..., C), weight: (V, C), targets: (...) with ids in 0..V-1. On a CPU with a large
     vocabulary (``V >= FUSED_MIN_VOCAB``; fp32/fp64, no autocast) the two are computed together a
     block of vocabulary columns at a time, so the (N, V) logits and their gradient never exist in
@@ -236,11 +236,12 @@ def causal_attention_with_dropout(
 ) -> torch.Tensor:
     """Causal attention with dropout on the weights: q, k, v (B, H, T, hs) -> (B, H, T, hs).
 
-    Equals ``F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)`` (which is
-    :func:`gptlib.model.scaled_dot_product_attention` with the causal mask) up to which weights
-    dropout zeroes (test: ``test_cpu_dropout_attention_matches_the_fused_kernel``). PyTorch's
-    function has no CPU kernel with dropout and falls back to a dozen small operations; this
-    takes four: scale, mask and QKᵀ in one ``baddbmm``, softmax, dropout, weighted sum.
+    Equals ``F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)``, which is
+    :func:`gptlib.model.scaled_dot_product_attention` with the causal mask, up to which weights
+    dropout zeroes (tests: ``test_cpu_dropout_attention_matches_the_fused_kernel`` and
+    ``test_fast_attention_is_used_only_where_pytorch_is_slow``). PyTorch's function has no CPU
+    kernel with dropout and falls back to a dozen small operations; this takes four: scale, mask
+    and QKᵀ in one ``baddbmm``, softmax, dropout, weighted sum.
     """
     B, H, T, hs = q.shape
     q3, k3, v3 = (t.reshape(B * H, T, hs) for t in (q, k, v))  # (B*H, T, hs) each
@@ -264,7 +265,7 @@ def attention(attn: MultiHeadAttention, x: torch.Tensor, rope: Rope | None) -> t
 
 def block(blk: TransformerBlock, x: torch.Tensor, rope: Rope | None) -> torch.Tensor:
     """:meth:`gptlib.model.TransformerBlock.forward` (no cache) with :func:`attention`."""
-    if blk.norm_placement == "pre":
+    if blk.norm == "pre":
         x = x + attention(blk.attn, blk.ln1(x), rope)
         return x + blk.ffn(blk.ln2(x))
     x = blk.ln1(x + attention(blk.attn, x, rope))
@@ -283,7 +284,7 @@ def token_lookup(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     gradients (test: ``test_sparse_tied_lookup_gives_the_dense_gradient``).
     """
     tied = model.config.tie_embeddings
-    return F.embedding(idx, model.token_embedding.weight, sparse=tied)  # (B, T, C)
+    return F.embedding(idx.long(), model.token_embedding.weight, sparse=tied)  # (B, T, C)
 
 
 # ---- the training loss of a GPT -----------------------------------------------------------------
@@ -344,7 +345,8 @@ def grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
 
 def clip_factor(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """What gradient clipping multiplies every gradient by: ``min(1, max_norm / (norm + 1e-6))``,
-    ``clip_grad_norm_``'s formula, as a 0-d tensor (no wait for the GPU)."""
+    ``clip_grad_norm_``'s formula, as a 0-d tensor (no wait for the GPU; test:
+    ``test_clip_factor_is_pytorchs``)."""
     return (max_norm / (grad_norm(parameters) + 1e-6)).clamp(max=1.0)
 
 

@@ -317,8 +317,8 @@ def rms_norm(
 def make_norm(config: GPTConfig) -> nn.Module:
     """The normalisation layer ``config.norm_type`` names: LayerNorm or RMSNorm (no bias)."""
     if config.norm_type == "rmsnorm":
-        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
 
 
 class FeedForward(nn.Module):
@@ -383,14 +383,14 @@ def make_feed_forward(config: GPTConfig) -> nn.Module:
 class TransformerBlock(nn.Module):
     """Attention then feed-forward, each wrapped in a residual connection and a norm.
 
-    ``norm_placement="post"`` (the 2017 paper): x = LN(x + sublayer(x)).
-    ``norm_placement="pre"`` (GPT-2 and most code since): x = x + sublayer(LN(x)).
+    ``norm="post"`` (the 2017 paper): x = LN(x + sublayer(x)).
+    ``norm="pre"`` (GPT-2 and most code since): x = x + sublayer(LN(x)).
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         c = config
-        self.norm_placement = c.norm_placement
+        self.norm = c.norm
         self.ln1 = make_norm(c)
         self.attn = MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, c.kv_heads
@@ -402,7 +402,7 @@ class TransformerBlock(nn.Module):
         self, x: torch.Tensor, cache: LayerCache | None = None, rope: Rope | None = None
     ) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C); ``cache`` and ``rope`` go to the attention layer."""
-        if self.norm_placement == "pre":
+        if self.norm == "pre":
             x = x + self.attn(self.ln1(x), cache, rope)
             return x + self.ffn(self.ln2(x))
         x = self.ln1(x + self.attn(x, cache, rope))
@@ -410,7 +410,7 @@ class TransformerBlock(nn.Module):
 
     def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The block's attention weights (B, H, T, T) for its input x (B, T, C)."""
-        pre = self.norm_placement == "pre"
+        pre = self.norm == "pre"
         return self.attn.attention_weights(self.ln1(x) if pre else x, rope)
 
 
@@ -500,7 +500,7 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Chapters 2-3: each id's row of the token table, plus positions start..start+T-1:
         (B, T) -> (B, T, C)."""
-        return self.add_positions(self.token_embedding(idx), start)  # (B, T, C)
+        return self.add_positions(self.token_embedding(idx.long()), start)  # (B, T, C)
 
     def add_positions(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Chapter 3: token vectors (B, T, C), times sqrt(d_model) if ``scale_embeddings``, plus
@@ -554,7 +554,7 @@ class GPT(nn.Module):
             return logits, None
         self.check_targets(idx, targets)
         V = logits.shape[-1]
-        return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:

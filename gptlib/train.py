@@ -181,19 +181,18 @@ def train(
     ``checkpoint_path``: where to save (at the end, and every ``checkpoint_interval`` steps);
     ``resume=True`` continues from it if it exists (or pass its contents, already read with
     :func:`~gptlib.checkpoint.read_checkpoint`). ``stop_at`` ends this call after that step.
-    ``vocab``, ``encoding`` go into the checkpoint. ``progress``: a progress bar (default: unless
-    ``quiet``). A non-finite loss raises FloatingPointError naming the step."""
+    ``vocab``, ``encoding`` go into the checkpoint; ``progress`` (default: not ``quiet``) shows a
+    bar. A non-finite loss raises FloatingPointError naming the step."""
     data, state = (train_data, val_data), RunState(vocab=vocab, encoding=encoding)
     raw_model, device, resumed = _setup(model, data, config, checkpoint_path, resume, state)
     stop = config.max_iters if stop_at is None else min(int(stop_at), config.max_iters)
     show = distributed.current().is_main and (not quiet if progress is None else progress)
     _note(show and resume is True and not resumed, f"no checkpoint at {state.path}: starting anew")
     _note(show and state.step >= stop, f"nothing to train: the checkpoint is at step {state.step}")
-    stepped = _fast.FastLoss(raw_model) if config.fast else raw_model  # what a step calls
-    step_model = distributed.wrap(stepped, device)
+    stepped = distributed.wrap(_fast.FastLoss(raw_model) if config.fast else raw_model, device)
     optimizer = make_optimizer(raw_model, config, device)
     state.load_optimizer(optimizer)
-    B, T = config.batch_size, raw_model.config.context_length
+    B, T, clip = config.batch_size, raw_model.config.context_length, config.grad_clip
     amp, clock, was_training = _autocast(device, config), Clock(device), raw_model.training
     bar = tqdm(total=stop, initial=min(state.step, stop), disable=not show, desc="train")
     try:
@@ -201,9 +200,7 @@ def train(
             x, y = get_batch(train_data, B, T, generator=state.batch_gen, device=device)
             lr = learning_rate_at(step, config)
             with amp:  # bf16 on CUDA, nothing elsewhere
-                loss = train_step(
-                    step_model, optimizer, x, y, lr=lr, grad_clip=config.grad_clip, fast=config.fast
-                )
+                loss = train_step(stepped, optimizer, x, y, lr=lr, grad_clip=clip, fast=config.fast)
             state.step, clock.steps = step + 1, clock.steps + 1
             state.check_loss(loss, device)
             bar.update(1)

@@ -17,7 +17,7 @@ from gptlib.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from gptlib.data import atomic_write
+from gptlib.files import atomic_write
 from gptlib.model import GPT
 from gptlib.tokenizer import Vocabulary
 from gptlib.train import TrainConfig, make_optimizer
@@ -142,7 +142,7 @@ def test_checkpoints_use_the_one_atomic_write(tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "c.pt", small_model())
     assert calls == [tmp_path / "c.pt"] and ckpt_module.atomic_write is not atomic_write
     monkeypatch.undo()
-    assert ckpt_module.atomic_write is atomic_write  # gptlib.data's, shared with downloads
+    assert ckpt_module.atomic_write is atomic_write  # gptlib.files', shared with downloads
 
 
 def test_checkpoint_files_follow_the_umask(tmp_path):
