@@ -117,7 +117,7 @@ def test_help_texts(capsys):
     code, out, _ = run(train_cli.main, ["--help"], capsys)
     assert code == 0 and "--max-iters" in out and "torchrun" in out and "--full-vocab" in out
     # one option per configuration field, named after it (a few keep their historic names)
-    for flag in ("--d-model", "--ffn-mult", "--no-bias", "--no-final-norm", "--norm-eps"):
+    for flag in ("--d-model", "--ffn-mult", "--no-bias", "--no-final-norm", "--layer-norm-eps"):
         assert flag in out
     for flag in ("--lr", "--no-bf16", "--grad-clip", "--checkpoint-interval", "--attention"):
         assert flag in out
