@@ -99,7 +99,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _ChunkedCrossEntropy.apply(flat_logits, flat_targets)
 
 
-# ---- the output layer and the loss together (chapters 9-10) ------------------------------------
+# ---- the output layer and the loss together (chapters 9-10) -------------------------------------
 
 
 def _vocab_chunk(N: int, V: int) -> int:
@@ -228,7 +228,7 @@ def linear_cross_entropy(
     return _LinearCrossEntropy.apply(hidden.reshape(-1, C), weight, flat_t)
 
 
-# ---- attention with dropout on a CPU (chapters 5-7 and 10) -------------------------------------
+# ---- attention with dropout on a CPU (chapters 5-7 and 10) --------------------------------------
 
 
 def causal_attention_with_dropout(
@@ -272,7 +272,7 @@ def block(blk: TransformerBlock, x: torch.Tensor, rope: Rope | None) -> torch.Te
     return blk.ln2(x + blk.ffn(x))
 
 
-# ---- the tied embedding lookup (chapters 2 and 12) ---------------------------------------------
+# ---- the tied embedding lookup (chapters 2 and 12) ----------------------------------------------
 
 
 def token_lookup(model: GPT, idx: torch.Tensor) -> torch.Tensor:
@@ -319,7 +319,7 @@ def loss_of(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch
     return (inner if isinstance(inner, FastLoss) else FastLoss(inner))(idx, targets)[1]
 
 
-# ---- clipping folded into the optimizer step (chapter 10) -------------------------------------
+# ---- clipping folded into the optimizer step (chapter 10) ---------------------------------------
 
 _DOT_MIN = 1 << 16  # gradients this large get their sum of squares from one dot product
 

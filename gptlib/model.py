@@ -88,7 +88,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
-# ---- Chapter 4: queries, keys, values and heads --------------------------------------------------
+# ---- Chapter 4: queries, keys, values and heads -------------------------------------------------
 # W_q, W_k and W_v are Linear layers of MultiHeadAttention (chapter 7 assembles it).
 
 
@@ -113,7 +113,7 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
-# ---- Chapter 5: scores and scaling -------------------------------------------------------------
+# ---- Chapter 5: scores and scaling --------------------------------------------------------------
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -127,7 +127,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
 
 
-# ---- Chapter 6: the causal mask and the softmax ----------------------------------------------
+# ---- Chapter 6: the causal mask and the softmax -------------------------------------------------
 
 
 def causal_mask(
@@ -150,7 +150,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.softmax(scores, dim=-1)
 
 
-# ---- Chapter 7: the weighted sum of the values, and W_o ----------------------------------------
+# ---- Chapter 7: the weighted sum of the values, and W_o -----------------------------------------
 
 
 def scaled_dot_product_attention(
@@ -280,7 +280,7 @@ class MultiHeadAttention(nn.Module):
         return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2], x.device), p)[1]
 
 
-# ---- Chapter 8: the block: norms, the feed-forward network, residual connections -----------------
+# ---- Chapter 8: the block: norms, the feed-forward network, residual connections ----------------
 
 
 def layer_norm(

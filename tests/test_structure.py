@@ -7,6 +7,7 @@ in LAYERS below, and may import only from lower layers.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,19 @@ def test_every_fast_path_names_the_test_that_proves_it():
         assert named, f"gptlib.fast.{node.name} names no test"
         for test in named:
             assert f"def {test}(" in tests, f"gptlib.fast.{node.name} names a missing {test}"
+
+
+def test_the_entry_points_and_module_shims_reach_the_commands():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    scripts = project["project"]["scripts"]
+    assert set(scripts) == {"gptlib-train", "gptlib-generate"}
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        assert module.startswith("gptlib.commands."), name  # commands live outside the library
+        assert callable(getattr(importlib.import_module(module), func)), name
+    for module in ("gptlib.train", "gptlib.generate"):  # python -m gptlib.train still works
+        code = f"import runpy, sys; sys.argv = ['x', '--help']; runpy.run_module('{module}', "
+        code += "run_name='__main__')"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.returncode == 0 and f"usage: python -m {module}" in done.stdout, done.stderr
