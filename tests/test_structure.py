@@ -30,9 +30,8 @@ LAYERS = {
     "gptlib.model": 1,
     "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
-    "gptlib.hf_common": 2,  # what the two Hugging Face bridges share
-    "gptlib.hf_llama": 2.5,  # the Llama bridge (chapter 13), used through gptlib.hf
-    "gptlib.hf": 2.75,
+    "gptlib.hf_arch": 2,  # GPT-2 and Llama described for the Hugging Face bridge
+    "gptlib.hf": 3,  # the bridge's conversions, written once for both
     "gptlib.example": 2,
     "gptlib.plot": 2,
     "gptlib.train": 3,
