@@ -2,9 +2,11 @@
 
 * The scripts and style sheet of ``_static/interactive/`` (the kernel-free sliders of chapters 3,
   5 and 6 in ``gpt-figures.js``; the "Try the model" page in ``gpt-tokenizer.js``,
-  ``gpt-model.js`` and ``gpt-playground.js``) need no code here: Jupyter Book adds every ``.js``
-  and ``.css`` file under ``_static/`` to every page, in no fixed order, so each script only
-  defines functions when it loads and starts its work once the page is parsed.
+  ``gpt-model.js`` and ``gpt-playground.js``; the helpers they share in ``gpt-common.js``):
+  Jupyter Book adds every ``.js`` and ``.css`` file under ``_static/`` to every page, in the
+  order the folder happens to list them. The others take ``gpt-common.js``'s helpers when they
+  load, so this extension moves it to the front; beyond that, each script only defines functions
+  when it loads and starts its work once the page is parsed.
 * After every HTML build, exports the model trained in chapter 10 into
   ``<html>/_static/web-model/`` with ``tools/export_web_model.py``. The checkpoint is the config
   value ``gptbook_web_checkpoint`` (default ``chapters/runs/ch10/checkpoint.pt``, relative to the
@@ -17,11 +19,13 @@ import importlib.util
 from pathlib import Path
 
 from sphinx.application import Sphinx
+from sphinx.config import Config
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT = "chapters/runs/ch10/checkpoint.pt"
+FIRST_SCRIPT = "interactive/gpt-common.js"  # what the other page scripts use when they load
 
 
 def _exporter(srcdir: Path):
@@ -31,6 +35,14 @@ def _exporter(srcdir: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def shared_script_first(app: Sphinx, config: Config) -> None:
+    """Put :data:`FIRST_SCRIPT` ahead of the other scripts Jupyter Book listed."""
+    scripts = list(config.html_js_files)
+    name = [s if isinstance(s, str) else s[0] for s in scripts]  # a file, or (file, attributes)
+    if FIRST_SCRIPT in name:
+        config.html_js_files = [scripts.pop(name.index(FIRST_SCRIPT)), *scripts]
 
 
 def export_model(app: Sphinx, exception: Exception | None) -> None:
@@ -50,5 +62,6 @@ def export_model(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> dict:
     app.add_config_value("gptbook_web_checkpoint", DEFAULT_CHECKPOINT, "html")
+    app.connect("config-inited", shared_script_first)
     app.connect("build-finished", export_model)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

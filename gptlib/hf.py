@@ -1,23 +1,18 @@
 """The bridge to Hugging Face: gptlib's ``GPT`` with the right switches *is* OpenAI's GPT-2
-(chapter 12) or a Llama (chapter 13, the Llama half lives in :mod:`gptlib.hf_llama`).
+(chapter 12) or a Llama (chapter 13).
 
-GPT-2 is a pre-LN decoder with learned positions, GELU (tanh approximation), biases everywhere,
-a final LayerNorm and an output layer tied to the token embedding. :func:`gpt2_config` flips
-those switches in a :class:`~gptlib.model.GPTConfig`; the rest of this module moves weights
-between Hugging Face's ``GPT2LMHeadModel`` and gptlib's ``GPT``:
+The two architectures are described in :mod:`gptlib.hf_arch` (their switches, configurations and
+name maps: :data:`GPT2` and :data:`LLAMA`); this module moves weights for both, written once:
 
 * :func:`config_from_hf` / :func:`config_to_hf` translate the configurations,
 * :func:`state_dict_from_hf` / :func:`state_dict_to_hf` rename and reshape the tensors,
 * :func:`from_hf` / :func:`to_hf` convert whole models,
-* :func:`from_pretrained` loads the real GPT-2 weights from a local folder or the Hub.
+* :func:`from_pretrained` loads real weights from a local folder or the Hub.
 
-Each of these also accepts a Llama model, configuration or folder (``LlamaForCausalLM``, or a
-``GPTConfig`` with rotary positions, see :func:`llama_config`) and hands it to the Llama bridge.
-
-Two details of the Hugging Face layout matter. Its linear layers are ``Conv1D`` modules whose
-weight is stored as ``(in_features, out_features)``, the transpose of ``nn.Linear``'s; and its
-attention packs the query, key and value projections into one ``c_attn`` layer of width
-``3 * d_model``, which we split into ``W_q``, ``W_k`` and ``W_v``.
+From transformers, the architecture is the configuration's ``model_type``. From gptlib, pass
+``architecture=`` ("gpt2", "llama"); left out, it is the architecture the configuration is
+closest to (the one with the fewest switches to change), whose reasons are listed if it still
+does not fit.
 
 ``transformers`` is an optional dependency (``pip install 'gptlib[hf]'``). It is imported inside
 the functions that need it, so ``import gptlib`` (and this module) never loads it.
@@ -27,34 +22,50 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from gptlib import hf_llama
-from gptlib.hf_common import (  # re-exported: gptlib.hf is the front door
-    CONFIG_FILE,
-    RUNTIME_FIELDS,
-    WEIGHT_FILES,
-    PretrainedUnavailableError,
-    build_model,
-    check_local_dir,
-    check_runtime_overrides,
-    check_state_dict,
+from gptlib.hf_arch import (  # re-exported: gptlib.hf is the front door
+    ARCHITECTURES,
+    GPT2,
+    LLAMA,
+    Architecture,
+    TensorPair,
+    check_gpt2_compatible,
+    check_llama_compatible,
+    gpt2_config,
     import_transformers,
-    looks_like_path,
-    unavailable_message,
+    llama_config,
 )
-from gptlib.hf_llama import check_llama_compatible, is_llama_config, llama_config
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # only for type checkers: importing transformers is slow and optional
-    from transformers import GPT2Config, GPT2LMHeadModel
+__all__ = [
+    "ARCHITECTURES",
+    "CONFIG_FILE",
+    "GPT2",
+    "LLAMA",
+    "RUNTIME_FIELDS",
+    "WEIGHT_FILES",
+    "Architecture",
+    "PretrainedUnavailableError",
+    "TensorPair",
+    "check_gpt2_compatible",
+    "check_llama_compatible",
+    "config_from_hf",
+    "config_to_hf",
+    "from_hf",
+    "from_pretrained",
+    "gpt2_config",
+    "gpt2_tokenizer",
+    "llama_config",
+    "state_dict_from_hf",
+    "state_dict_to_hf",
+    "to_hf",
+]
 
 # The Hub repository of the 124M-parameter GPT-2 and the short names that point to it.
 GPT2_REPO_ID = "openai-community/gpt2"
@@ -64,169 +75,69 @@ HUB_ALIASES: dict[str, str] = {
     "gpt2-large": "openai-community/gpt2-large",
     "gpt2-xl": "openai-community/gpt2-xl",
 }
-GPT2_VOCAB_SIZE = 50_257  # 50,000 merges + 256 byte tokens + <|endoftext|>
-GPT2_EOT_ID = 50_256  # id of <|endoftext|>, GPT-2's only special token
+# What a local folder must hold: the configuration and the weights (one of the weight files).
+CONFIG_FILE = "config.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+# GPTConfig fields that do not change any tensor's shape, so they may differ from the checkpoint
+RUNTIME_FIELDS = ("dropout", "fused_attention")
+OUTPUT = "lm_head.weight"  # the output layer, under this name in gptlib and in transformers
 
-# Hugging Face's names for GELU variants -> gptlib's activation names
-_ACTIVATIONS_FROM_HF = {
-    "gelu_new": "gelu_tanh",  # OpenAI's original formula, the tanh approximation
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_python_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",  # the same tanh formula, factored differently
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "relu": "relu",
-}
-_ACTIVATIONS_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
-__all__ = [
-    "CONFIG_FILE",
-    "RUNTIME_FIELDS",
-    "WEIGHT_FILES",
-    "PretrainedUnavailableError",
-    "check_llama_compatible",
-    "llama_config",
-]
+
+class PretrainedUnavailableError(RuntimeError):
+    """Pretrained weights are neither on disk nor downloadable (for instance offline)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Which architecture
+# --------------------------------------------------------------------------------------------
+
+
+def architecture_of(model_type: str | None, what: str = "this configuration") -> Architecture:
+    """The architecture whose transformers ``model_type`` this is, or a ValueError naming the
+    ones gptlib converts."""
+    for arch in ARCHITECTURES:
+        if arch.hf_model_type == model_type:
+            return arch
+    known = " and ".join(f"{a.name} ({a.hf_model_type!r})" for a in ARCHITECTURES)
+    raise ValueError(f"{what} describes a {model_type!r} model; gptlib reads {known} models")
+
+
+def architecture_for(
+    config: GPTConfig, architecture: Architecture | str | None = None
+) -> Architecture:
+    """The architecture to express ``config`` in, checked: ``architecture`` (an Architecture or a
+    ``model_type`` such as "llama"), else the one with the fewest switches to change."""
+    if isinstance(architecture, str):
+        architecture = architecture_of(architecture, f"architecture={architecture!r}")
+    if architecture is None:
+        architecture = min(ARCHITECTURES, key=lambda a: len(a.problems(config)))
+    architecture.check(config)
+    return architecture
+
 
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
 
 
-def gpt2_config(**overrides: Any) -> GPTConfig:
-    """The configuration of the 124M-parameter GPT-2, with any field overridden.
-
-    ``gpt2_config(n_blocks=2, d_model=64, n_heads=4, context_length=32)`` gives a small model of
-    the same architecture, handy for tests.
-    """
-    base = GPTConfig(
-        vocab_size=GPT2_VOCAB_SIZE,
-        context_length=1024,
-        d_model=768,
-        n_heads=12,
-        n_blocks=12,
-        ffn_mult=4,
-        dropout=0.1,
-        norm="pre",
-        positions="learned",
-        scale_embeddings=False,
-        activation="gelu_tanh",
-        bias=True,
-        tie_embeddings=True,
-        final_norm=True,
-        layer_norm_eps=1e-5,
-        fused_attention=True,  # F.scaled_dot_product_attention: much faster at GPT-2's size
-    )
-    return replace(base, **overrides)
-
-
-def check_gpt2_compatible(config: GPTConfig) -> None:
-    """Raise ``ValueError`` (listing every reason) if GPT-2's layout cannot express ``config``."""
-    needed = {
-        "norm": "pre",
-        "positions": "learned",
-        "scale_embeddings": False,
-        "bias": True,
-        "final_norm": True,
-    }
-    problems = [
-        f"{name}={getattr(config, name)!r} (GPT-2 needs {name}={value!r})"
-        for name, value in needed.items()
-        if getattr(config, name) != value
-    ]
-    if config.activation not in _ACTIVATIONS_TO_HF:
-        problems.append(f"activation={config.activation!r} has no Hugging Face equivalent")
-    if problems:
-        raise ValueError(
-            "this GPTConfig cannot be expressed as a GPT-2 model: "
-            + "; ".join(problems)
-            + ". Start from gptlib.hf.gpt2_config(...) to get a compatible configuration."
-        )
-
-
-def config_from_hf(hf_config: GPT2Config, **overrides: Any) -> GPTConfig:
-    """Translate a Hugging Face ``GPT2Config`` (or ``LlamaConfig``) into a :class:`GPTConfig`
+def config_from_hf(hf_config: Any, **overrides: Any) -> GPTConfig:
+    """Translate a transformers ``GPT2Config`` or ``LlamaConfig`` into a :class:`GPTConfig`
     (fields overridable)."""
-    c = hf_config
-    model_type = getattr(c, "model_type", None)
-    if model_type == "llama":
-        return hf_llama.llama_config_from_hf(c, **overrides)
-    if model_type != "gpt2":
-        raise ValueError(
-            f"expected a GPT-2 or Llama configuration (model_type 'gpt2' or 'llama'), got "
-            f"{model_type!r}"
-        )
-    problems = []
-    if not c.scale_attn_weights:
-        problems.append("scale_attn_weights=False (gptlib always divides scores by sqrt(d_k))")
-    if c.scale_attn_by_inverse_layer_idx:
-        problems.append("scale_attn_by_inverse_layer_idx=True (not supported by gptlib)")
-    if c.add_cross_attention:
-        problems.append("add_cross_attention=True (gptlib is decoder-only, no cross-attention)")
-    if c.activation_function not in _ACTIVATIONS_FROM_HF:
-        problems.append(
-            f"activation_function={c.activation_function!r} (supported: "
-            f"{', '.join(sorted(_ACTIVATIONS_FROM_HF))})"
-        )
-    if c.n_inner is not None and c.n_inner % c.n_embd:
-        problems.append(
-            f"n_inner={c.n_inner} is not a multiple of n_embd={c.n_embd} (gptlib sizes the "
-            "feed-forward layer as ffn_mult * d_model)"
-        )
-    if problems:
-        raise ValueError("cannot convert this GPT2Config to gptlib: " + "; ".join(problems))
-    rates = {c.resid_pdrop, c.embd_pdrop, c.attn_pdrop}
-    if len(rates) > 1 and "dropout" not in overrides:
-        warnings.warn(
-            f"the GPT2Config has different dropout rates (resid {c.resid_pdrop}, embd "
-            f"{c.embd_pdrop}, attn {c.attn_pdrop}); gptlib uses one rate everywhere and takes "
-            f"resid_pdrop={c.resid_pdrop}. Pass dropout=... to choose another.",
-            stacklevel=2,
-        )
-    fields = dict(
-        vocab_size=c.vocab_size,
-        context_length=c.n_positions,
-        d_model=c.n_embd,
-        n_heads=c.n_head,
-        n_blocks=c.n_layer,
-        ffn_mult=4 if c.n_inner is None else c.n_inner // c.n_embd,
-        dropout=float(c.resid_pdrop),
-        activation=_ACTIVATIONS_FROM_HF[c.activation_function],
-        tie_embeddings=bool(c.tie_word_embeddings),
-        layer_norm_eps=float(c.layer_norm_epsilon),
-    )
-    fields.update(overrides)
-    return gpt2_config(**fields)
+    arch = architecture_of(getattr(hf_config, "model_type", None))
+    return arch.config_from_hf(hf_config, **overrides)
 
 
-def config_to_hf(config: GPTConfig, attn_implementation: str | None = None) -> GPT2Config:
-    """Translate a GPT-2-compatible :class:`GPTConfig` into a Hugging Face ``GPT2Config`` (a
-    configuration with rotary positions into a ``LlamaConfig``).
+def config_to_hf(
+    config: GPTConfig,
+    attn_implementation: str | None = None,
+    architecture: Architecture | str | None = None,
+) -> Any:
+    """Translate a :class:`GPTConfig` into a transformers ``GPT2Config`` or ``LlamaConfig``.
 
-    ``attn_implementation`` ("eager", "sdpa", ...) picks Hugging Face's attention code; left out,
+    ``attn_implementation`` ("eager", "sdpa", ...) picks transformers' attention code; left out,
     transformers chooses.
     """
-    if is_llama_config(config):
-        return hf_llama.llama_config_to_hf(config, attn_implementation)
-    check_gpt2_compatible(config)
-    GPT2Config = import_transformers().GPT2Config
-    # <|endoftext|> only exists in a vocabulary as large as GPT-2's
-    eot = GPT2_EOT_ID if config.vocab_size > GPT2_EOT_ID else None
-    hf_config = GPT2Config(
-        vocab_size=config.vocab_size,
-        n_positions=config.context_length,
-        n_embd=config.d_model,
-        n_layer=config.n_blocks,
-        n_head=config.n_heads,
-        n_inner=None if config.ffn_mult == 4 else config.d_ff,
-        activation_function=_ACTIVATIONS_TO_HF[config.activation],
-        resid_pdrop=config.dropout,
-        embd_pdrop=config.dropout,
-        attn_pdrop=config.dropout,
-        layer_norm_epsilon=config.layer_norm_eps,
-        tie_word_embeddings=config.tie_embeddings,
-        bos_token_id=eot,
-        eos_token_id=eot,
-    )
+    hf_config = architecture_for(config, architecture).config_to_hf(config)
     if attn_implementation is not None:
         hf_config._attn_implementation = attn_implementation
     return hf_config
@@ -237,132 +148,123 @@ def config_to_hf(config: GPTConfig, attn_implementation: str | None = None) -> G
 # --------------------------------------------------------------------------------------------
 
 
-def _is_hf_buffer(key: str) -> bool:
-    """The causal-mask buffers older GPT-2 checkpoints store; they are not parameters."""
-    return key.endswith((".attn.bias", ".attn.masked_bias"))
+def _listed(names: list[str]) -> str:
+    return ", ".join(map(repr, names[:6])) + (" ..." if len(names) > 6 else "")
 
 
-def name_map(n_blocks: int) -> list[tuple[str, str, bool]]:
-    """Every tensor's Hugging Face name (without ``transformer.``), its gptlib name, and whether
-    it is a Conv1D weight that must be transposed. Written once, read in both directions; the
-    packed ``c_attn`` (query, key and value side by side) and the output layer are handled
-    apart."""
-    pairs = [("wte.weight", "token_embedding.weight", False)]
-    pairs.append(("wpe.weight", "position_embedding.weight", False))
-    layers = (("ln_1", "ln1", False), ("ln_2", "ln2", False), ("attn.c_proj", "attn.W_o", True))
-    layers += (("mlp.c_fc", "ffn.linear1", True), ("mlp.c_proj", "ffn.linear2", True))
-    for i in range(n_blocks):
-        for hf_name, name, conv in layers:
-            pairs.append((f"h.{i}.{hf_name}.weight", f"blocks.{i}.{name}.weight", conv))
-            pairs.append((f"h.{i}.{hf_name}.bias", f"blocks.{i}.{name}.bias", False))
-    pairs += [("ln_f.weight", "final_norm.weight", False), ("ln_f.bias", "final_norm.bias", False)]
-    return pairs
+def _expected_shapes(config: GPTConfig) -> dict[str, torch.Size]:
+    """Every tensor gptlib's GPT has for ``config``, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        reference = GPT(config)
+    return {k: v.shape for k, v in reference.state_dict().items()}
 
 
-QKV = ("W_q", "W_k", "W_v")  # the three slices of c_attn, in Hugging Face's order
+def _hf_shape(pair: TensorPair, ours: dict[str, torch.Size]) -> tuple[int, ...]:
+    """The shape transformers stores ``pair`` in: gptlib's tensors stacked, maybe transposed."""
+    first = ours[pair.ours[0]]
+    shape = (sum(ours[name][0] for name in pair.ours), *first[1:])
+    return shape[::-1] if pair.transposed else shape
 
 
-def _split_qkv(w: torch.Tensor, b: torch.Tensor, C: int, where: str) -> dict[str, torch.Tensor]:
-    """c_attn's (C, 3C) Conv1D weight and (3C,) bias -> W_q, W_k, W_v as nn.Linear tensors."""
-    if w.shape != (C, 3 * C) or b.shape != (3 * C,):
+def _hf_source(hf_state_dict: Mapping[str, torch.Tensor], arch: Architecture) -> dict:
+    """The tensors under their full names (the body prefix added where a checkpoint leaves it
+    out, as OpenAI's GPT-2 does), the non-parameter buffers left out."""
+    src = {}
+    for key, value in hf_state_dict.items():
+        if key.endswith(arch.buffers):
+            continue
+        if key != OUTPUT and not key.startswith(arch.body_prefix):
+            key = arch.body_prefix + key
+        src[key] = value
+    return src
+
+
+def _check_source(src: dict, pairs: list[TensorPair], config: GPTConfig, arch: Architecture):
+    """Raise ValueError naming every missing, unknown or mis-shaped tensor of ``src``."""
+    expected = _expected_shapes(config)
+    missing = [p.hf for p in pairs if p.hf not in src]
+    if not config.tie_embeddings and OUTPUT not in src:
+        missing.append(OUTPUT)
+    unknown = sorted(set(src) - {p.hf for p in pairs} - {OUTPUT})
+    wrong = [
+        f"{p.hf}: {tuple(src[p.hf].shape)} instead of {_hf_shape(p, expected)}"
+        for p in pairs
+        if p.hf in src and tuple(src[p.hf].shape) != _hf_shape(p, expected)
+    ]
+    problems = [f"no {_listed(missing)}"] if missing else []
+    problems += [f"tensors gptlib does not know: {_listed(unknown)}"] if unknown else []
+    problems += ["wrong shapes: " + "; ".join(wrong[:6])] if wrong else []
+    if problems:
         raise ValueError(
-            f"{where} has shape {tuple(w.shape)} / {tuple(b.shape)}, expected "
-            f"({C}, {3 * C}) / ({3 * C},) for d_model {C}"
+            "the Hugging Face state dict has " + "; ".join(problems) + f". Is it a {arch.name} "
+            f"checkpoint with {config.n_blocks} blocks, d_model {config.d_model}, vocab "
+            f"{config.vocab_size} and context {config.context_length}? Build the configuration "
+            "from the checkpoint with config_from_hf(...)."
         )
-    out = {}
-    for j, name in enumerate(QKV):
-        cols = slice(j * C, (j + 1) * C)
-        out[f"{name}.weight"] = w[:, cols].t().contiguous()  # (C, C) as (out, in)
-        out[f"{name}.bias"] = b[cols].contiguous()  # (C,)
-    return out
 
 
-def _hf_source(hf_state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The tensors under names without ``transformer.``, the causal-mask buffers left out."""
-    src = {key.removeprefix("transformer."): value for key, value in hf_state_dict.items()}
-    return {k: v for k, v in src.items() if not _is_hf_buffer(k)}
+def _output_layer(src: dict, embedding: torch.Tensor, config: GPTConfig) -> torch.Tensor:
+    """The output layer's weight: the token embedding when tied (checked), else lm_head."""
+    head = src.get(OUTPUT)
+    if not config.tie_embeddings:
+        return head
+    if head is not None and head.data_ptr() != embedding.data_ptr():
+        if not torch.equal(head, embedding):
+            raise ValueError(
+                "the checkpoint's lm_head.weight differs from its token embedding, so its "
+                "embeddings are not tied; convert it with tie_embeddings=False"
+            )
+    return embedding
 
 
 def state_dict_from_hf(
-    hf_state_dict: Mapping[str, torch.Tensor], config: GPTConfig
+    hf_state_dict: Mapping[str, torch.Tensor],
+    config: GPTConfig,
+    architecture: Architecture | str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Rename and reshape a Hugging Face GPT-2 state dict into gptlib ``GPT`` keys.
+    """Rename and reshape a transformers state dict into gptlib ``GPT`` keys.
 
-    Accepts the keys of ``GPT2LMHeadModel`` (``transformer.h.0...``, ``lm_head.weight``) and of
-    ``GPT2Model`` / OpenAI's original checkpoint (``h.0...``, no output layer); the causal-mask
-    buffers old checkpoints carry are skipped. Conv1D weights (in, out) are transposed to
-    ``nn.Linear``'s (out, in) and ``c_attn`` is split into ``W_q``, ``W_k``, ``W_v``. Tensors
-    that need no reshaping are returned as they are (not copied). A Llama configuration reads
-    ``LlamaForCausalLM``'s keys instead.
+    Reads the keys of ``GPT2LMHeadModel`` / ``LlamaForCausalLM`` and of the bare bodies
+    (``GPT2Model``, OpenAI's original checkpoint: ``h.0...``, no output layer when tied); the
+    buffers old checkpoints carry are skipped. Packed and transposed tensors are split and
+    transposed to ``nn.Linear``'s layout (see each architecture's name map); tensors that need no
+    reshaping are returned as they are (not copied).
     """
-    if is_llama_config(config):
-        return hf_llama.llama_state_dict_from_hf(hf_state_dict, config)
-    check_gpt2_compatible(config)
-    src = _hf_source(hf_state_dict)
-    unused = set(src)
-
-    def take(name: str) -> torch.Tensor:
-        if name not in src:
-            raise ValueError(
-                f"the Hugging Face state dict has no {name!r} (nor 'transformer.{name}'); is it a "
-                f"GPT-2 checkpoint with {config.n_blocks} blocks?"
-            )
-        unused.discard(name)
-        return src[name]
-
+    arch = architecture_for(config, architecture)
+    src = _hf_source(hf_state_dict, arch)
+    pairs = arch.name_map(config)
+    _check_source(src, pairs, config, arch)
     out = {}
-    for hf_name, name, conv in name_map(config.n_blocks):
-        out[name] = take(hf_name).t().contiguous() if conv else take(hf_name)
-    for i in range(config.n_blocks):
-        w, b = take(f"h.{i}.attn.c_attn.weight"), take(f"h.{i}.attn.c_attn.bias")
-        qkv = _split_qkv(w, b, config.d_model, f"h.{i}.attn.c_attn")
-        out |= {f"blocks.{i}.attn.{k}": v for k, v in qkv.items()}
-    out["lm_head.weight"] = _output_layer(src, out["token_embedding.weight"], config, take)
-    unused.discard("lm_head.weight")
-    if unused:
-        extra = sorted(unused)
-        raise ValueError(
-            f"the Hugging Face state dict has tensors gptlib does not know: {extra[:6]}"
-            f"{' ...' if len(extra) > 6 else ''}; is it a plain GPT-2 language model?"
-        )
-    check_state_dict(out, config, "the converted state dict")
+    for p in pairs:
+        t = src[p.hf].t() if p.transposed else src[p.hf]
+        if len(p.ours) == 1:
+            out[p.ours[0]] = t.contiguous() if p.transposed else t
+        else:  # packed side by side: (n * out, in) once in nn.Linear's layout
+            parts = t.chunk(len(p.ours))  # shapes checked above: n equal parts
+            out |= {name: part.contiguous() for name, part in zip(p.ours, parts, strict=True)}
+    out[OUTPUT] = _output_layer(src, out["token_embedding.weight"], config)
     return out
 
 
-def _output_layer(src: dict, wte: torch.Tensor, config: GPTConfig, take) -> torch.Tensor:
-    """The output layer's weight: the token embedding when tied (checked), else lm_head."""
-    if not config.tie_embeddings:
-        return take("lm_head.weight")
-    head = src.get("lm_head.weight")
-    if head is not None and head.data_ptr() != wte.data_ptr() and not torch.equal(head, wte):
-        raise ValueError(
-            "the checkpoint's lm_head.weight differs from its token embedding, so its "
-            "embeddings are not tied; convert it with tie_embeddings=False"
-        )
-    return wte
-
-
-def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
-    """gptlib ``GPT`` weights under ``GPT2LMHeadModel``'s keys and Conv1D layout (new tensors).
+def state_dict_to_hf(
+    model: GPT, architecture: Architecture | str | None = None
+) -> dict[str, torch.Tensor]:
+    """gptlib ``GPT`` weights under transformers' keys and layout (new tensors).
 
     The output layer appears as ``lm_head.weight`` (tied: the token embedding again), as in
-    ``GPT2LMHeadModel.state_dict()``. A Llama-style model gets ``LlamaForCausalLM``'s keys.
+    ``GPT2LMHeadModel.state_dict()`` and ``LlamaForCausalLM.state_dict()``.
     """
     config = model.config
-    if is_llama_config(config):
-        return hf_llama.llama_state_dict_to_hf(model)
-    check_gpt2_compatible(config)
+    arch = architecture_for(config, architecture)
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     out = {}
-    for hf_name, name, conv in name_map(config.n_blocks):
-        out[f"transformer.{hf_name}"] = sd[name].t().contiguous() if conv else sd[name].clone()
-    for i in range(config.n_blocks):
-        b, h = f"blocks.{i}.attn.", f"transformer.h.{i}.attn.c_attn."
-        w = torch.cat([sd[f"{b}{n}.weight"] for n in QKV], dim=0)  # (3C, C) as (out, in)
-        out[f"{h}weight"] = w.t().contiguous()  # (C, 3C) as Conv1D's (in, out)
-        out[f"{h}bias"] = torch.cat([sd[f"{b}{n}.bias"] for n in QKV])  # (3C,)
-    tied = config.tie_embeddings
-    out["lm_head.weight"] = out["transformer.wte.weight"] if tied else sd["lm_head.weight"].clone()
+    for p in arch.name_map(config):
+        t = torch.cat([sd[name] for name in p.ours]) if len(p.ours) > 1 else sd[p.ours[0]]
+        out[p.hf] = t.t().contiguous() if p.transposed else t.clone()
+        if p.ours == ("token_embedding.weight",) and config.tie_embeddings:
+            out[OUTPUT] = out[p.hf]
+    if not config.tie_embeddings:
+        out[OUTPUT] = sd[OUTPUT].clone()
     return out
 
 
@@ -371,35 +273,66 @@ def state_dict_to_hf(model: GPT) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------------------------
 
 
-def from_hf(hf_model: GPT2LMHeadModel | Any, **overrides: Any) -> GPT:
-    """A gptlib ``GPT`` with the weights of a Hugging Face ``GPT2LMHeadModel`` or
+def check_runtime_overrides(overrides: Mapping[str, Any], what: str = "from_hf") -> None:
+    """Only :data:`RUNTIME_FIELDS` may be overridden when weights come from a checkpoint."""
+    bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
+    if bad:
+        raise ValueError(
+            f"{what} can only override {RUNTIME_FIELDS}, got {bad}: the other fields are fixed "
+            "by the checkpoint's tensor shapes"
+        )
+
+
+def build_model(config: GPTConfig, sd: dict[str, torch.Tensor], training: bool) -> GPT:
+    """A gptlib ``GPT`` holding copies of the tensors of ``sd`` (gptlib's names), a tied tensor
+    copied once, in the given train/eval mode."""
+    copies: dict[int, torch.Tensor] = {}
+    for key, value in sd.items():
+        if id(value) not in copies:
+            copies[id(value)] = value.detach().clone()
+        sd[key] = copies[id(value)]
+    with torch.device("meta"):  # no time spent on a random initialisation we would overwrite
+        model = GPT(config)
+    model.load_state_dict(sd, strict=True, assign=True)
+    if config.tie_embeddings:  # assign=True made two Parameters; share one again
+        model.lm_head.weight = model.token_embedding.weight
+    model.make_position_tables(model.token_embedding.weight.device)  # were made on 'meta'
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:
+        raise RuntimeError(f"internal error: tensors left uninitialised after loading: {left[:6]}")
+    return model.train(training)
+
+
+def from_hf(hf_model: Any, **overrides: Any) -> GPT:
+    """A gptlib ``GPT`` with the weights of a transformers ``GPT2LMHeadModel`` or
     ``LlamaForCausalLM`` (copied).
 
     Only :data:`RUNTIME_FIELDS` (``dropout``, ``fused_attention``) may be overridden. The new
-    model has the Hugging Face model's dtype, device and train/eval mode.
+    model has the transformers model's dtype, device and train/eval mode.
     """
-    if getattr(hf_model.config, "model_type", None) == "llama":
-        return hf_llama.llama_from_hf(hf_model, **overrides)
     check_runtime_overrides(overrides)
-    config = config_from_hf(hf_model.config, **overrides)
-    sd = state_dict_from_hf(hf_model.state_dict(), config)
+    arch = architecture_of(getattr(hf_model.config, "model_type", None), "the model's config")
+    config = arch.config_from_hf(hf_model.config, **overrides)
+    sd = state_dict_from_hf(hf_model.state_dict(), config, arch)
     return build_model(config, sd, hf_model.training)
 
 
-def to_hf(model: GPT, attn_implementation: str | None = None) -> GPT2LMHeadModel:
-    """A Hugging Face ``GPT2LMHeadModel`` with the weights of a gptlib ``GPT`` (copied).
+def to_hf(
+    model: GPT,
+    attn_implementation: str | None = None,
+    architecture: Architecture | str | None = None,
+) -> Any:
+    """A transformers ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` with the weights of a gptlib
+    ``GPT`` (copied).
 
-    The model must use GPT-2's switches (see :func:`gpt2_config`), or Llama's (see
-    :func:`llama_config`; the result is then a ``LlamaForCausalLM``). The result has the same
-    dtype, device and train/eval mode.
+    The model must use GPT-2's switches (see :func:`gpt2_config`) or Llama's (see
+    :func:`llama_config`). The result has the same dtype, device and train/eval mode.
     """
-    if is_llama_config(model.config):
-        return hf_llama.llama_to_hf(model, attn_implementation)
-    hf_config = config_to_hf(model.config, attn_implementation)
-    GPT2LMHeadModel = import_transformers().GPT2LMHeadModel
+    arch = architecture_for(model.config, architecture)
+    hf_config = config_to_hf(model.config, attn_implementation, arch)
     first = next(model.parameters())
-    hf_model = GPT2LMHeadModel(hf_config)
-    hf_model.load_state_dict(state_dict_to_hf(model), strict=True)
+    hf_model = getattr(import_transformers(), arch.hf_class)(hf_config)
+    hf_model.load_state_dict(state_dict_to_hf(model, arch), strict=True)
     if model.config.tie_embeddings:
         hf_model.tie_weights()
     return hf_model.to(device=first.device, dtype=first.dtype).train(model.training)
@@ -410,21 +343,89 @@ def to_hf(model: GPT, attn_implementation: str | None = None) -> GPT2LMHeadModel
 # --------------------------------------------------------------------------------------------
 
 
-_CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}  # what from_pretrained reads
+def _looks_like_path(name: str) -> bool:
+    """A Hub id is 'name' or 'owner/name'; anything else we read as a (missing) folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def _model_class(path: Path):
+def _check_local_dir(path: Path) -> None:
+    """Raise PretrainedUnavailableError unless ``path`` holds a config and a weights file."""
+    missing = []
+    if not (path / CONFIG_FILE).is_file():
+        missing.append(CONFIG_FILE)
+    if not any((path / f).is_file() for f in WEIGHT_FILES):
+        missing.append(" or ".join(WEIGHT_FILES[:2]))
+    if missing:
+        raise PretrainedUnavailableError(
+            f"the folder {path} does not hold a Hugging Face checkpoint: missing "
+            f"{', '.join(missing)}. It needs {CONFIG_FILE} and model.safetensors, for example "
+            f"from https://huggingface.co/{GPT2_REPO_ID}/tree/main or from "
+            "model.save_pretrained(folder)."
+        )
+
+
+def _folder_class(path: Path):
     """The transformers class for the checkpoint in the folder ``path``, from its config.json."""
     try:
         model_type = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError) as err:
         raise PretrainedUnavailableError(f"cannot read {path / CONFIG_FILE}: {err}") from err
-    if model_type not in _CLASSES:
-        raise ValueError(
-            f"{path / CONFIG_FILE} describes a {model_type!r} model; gptlib reads GPT-2 ('gpt2') "
-            "and Llama-architecture ('llama') checkpoints"
+    arch = architecture_of(model_type, str(path / CONFIG_FILE))
+    return getattr(import_transformers(), arch.hf_class)
+
+
+def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike | None) -> str:
+    """Why the weights ``name`` (the Hub repository ``repo_id``) could not be had, and the three
+    ways to get them."""
+    from huggingface_hub import constants
+
+    cache = os.fspath(cache_dir) if cache_dir is not None else constants.HF_HUB_CACHE
+    offline = " (offline mode: HF_HUB_OFFLINE=1)" if constants.is_offline_mode() else ""
+    asked = f"'{name}', that is '{repo_id}'" if name != repo_id else f"'{repo_id}'"
+    url = f"https://huggingface.co/{repo_id}"
+    files = f"{CONFIG_FILE} model.safetensors"
+    cache_opt = f" --cache-dir {cache}" if cache_dir is not None else ""
+    folder = repo_id.rsplit("/", 1)[-1] + "-weights"
+    if repo_id == GPT2_REPO_ID:
+        size_note = " (about 0.5 GB for the 124M GPT-2)"
+    elif repo_id in HUB_ALIASES.values():
+        size_note = ""
+    else:  # gptlib's tokenizers are tiktoken's: another model brings its own
+        size_note = (
+            "; to turn text into ids you also need its tokenizer.json and "
+            "tokenizer_config.json (read with transformers.AutoTokenizer)"
         )
-    return getattr(import_transformers(), _CLASSES[model_type])
+    return (
+        f"could not load the pretrained weights {asked}: they are not in the Hugging Face cache "
+        f"({cache}) and could not be downloaded{offline}.\n"
+        f"Two files from {url} are needed: {CONFIG_FILE} and model.safetensors{size_note}. "
+        "Any one of these works:\n"
+        f"  1. with internet access, call from_pretrained({name!r}) again, or fill the cache "
+        f"first with\n       hf download {repo_id} {files}{cache_opt}\n"
+        "     (older huggingface_hub: huggingface-cli download ...); offline runs then find them;\n"
+        "  2. on another machine with internet access, run\n"
+        f"       hf download {repo_id} {files} --local-dir {folder}\n"
+        f"     copy the {folder} folder here and call from_pretrained('{folder}');\n"
+        f"  3. download {url}/resolve/main/{CONFIG_FILE} and {url}/resolve/main/model.safetensors "
+        "into one folder yourself and pass that folder's path."
+    )
+
+
+def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: bool | None):
+    """The transformers model of the Hub id ``name`` (or its alias), from the cache or the Hub."""
+    transformers = import_transformers()
+    repo_id = HUB_ALIASES.get(name, name)
+    kwargs: dict[str, Any] = {"cache_dir": cache_dir}
+    if local_files_only is not None:
+        kwargs["local_files_only"] = local_files_only
+    try:  # config.json first: its model_type picks the class, before the weights are fetched
+        hf_config = transformers.AutoConfig.from_pretrained(repo_id, **kwargs)
+        arch = architecture_of(hf_config.model_type, f"{repo_id}'s {CONFIG_FILE}")
+        cls = getattr(transformers, arch.hf_class)
+        return cls.from_pretrained(repo_id, config=hf_config, **kwargs)
+    except OSError as err:  # transformers reports missing files and network errors this way
+        msg = _unavailable_message(name, repo_id, cache_dir)
+        raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
 
 
 def from_pretrained(
@@ -434,51 +435,35 @@ def from_pretrained(
     local_files_only: bool | None = None,
     **overrides: Any,
 ) -> GPT:
-    """Pretrained GPT-2 (or Llama-architecture) weights as a gptlib ``GPT`` in eval mode.
+    """Pretrained GPT-2 or Llama-architecture weights as a gptlib ``GPT`` in eval mode.
 
     ``name_or_dir`` is either a folder holding ``config.json`` and ``model.safetensors`` (what
-    ``save_pretrained`` or ``hf download --local-dir`` write; GPT-2 or Llama, read from
-    ``config.json``) or a Hub id such as ``"gpt2"`` (an alias of ``openai-community/gpt2``;
-    other ids are read as Llama-architecture repositories). Hub ids are looked up in the Hugging
-    Face cache (``cache_dir`` or the default) and downloaded when online; with
+    ``save_pretrained`` or ``hf download --local-dir`` write) or a Hub id such as ``"gpt2"`` (an
+    alias of ``openai-community/gpt2``) or ``"HuggingFaceTB/SmolLM2-135M"``; ``config.json``'s
+    ``model_type`` says which architecture it is. Hub ids are looked up in the Hugging Face
+    cache (``cache_dir`` or the default) and downloaded when online; with
     ``local_files_only=True``, or ``HF_HUB_OFFLINE=1``, nothing is downloaded. When the weights
     cannot be had this raises :class:`PretrainedUnavailableError`, saying which files to get and
     where to put them.
     ``overrides`` may set ``dropout`` or ``fused_attention``.
     """
-    transformers = import_transformers()
+    import_transformers()  # the missing-package message before any other
     name = os.fspath(name_or_dir)
     path = Path(name).expanduser()
     if path.is_dir():
-        check_local_dir(path, GPT2_REPO_ID)
-        hf_model = _model_class(path).from_pretrained(path, local_files_only=True)
+        _check_local_dir(path)
+        hf_model = _folder_class(path).from_pretrained(path, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"
         )
-    elif looks_like_path(name):
+    elif _looks_like_path(name):
         raise PretrainedUnavailableError(
             f"the folder {name} does not exist; pass a folder holding {CONFIG_FILE} and "
             f"model.safetensors, or a Hub id such as 'gpt2'"
         )
     else:
-        repo_id = HUB_ALIASES.get(name, name)
-        gpt2 = repo_id in HUB_ALIASES.values()
-        cls = transformers.GPT2LMHeadModel if gpt2 else transformers.LlamaForCausalLM
-        kwargs: dict[str, Any] = {"cache_dir": cache_dir}
-        if local_files_only is not None:
-            kwargs["local_files_only"] = local_files_only
-        try:
-            hf_model = cls.from_pretrained(repo_id, **kwargs)
-        except OSError as err:  # transformers reports missing files and network errors this way
-            size = " (about 0.5 GB for the 124M GPT-2)" if repo_id == GPT2_REPO_ID else ""
-            if not gpt2:  # gptlib's tokenizers are tiktoken's: a Llama brings its own
-                size = (
-                    "; to turn text into ids you also need its tokenizer.json and "
-                    "tokenizer_config.json (read with transformers.AutoTokenizer)"
-                )
-            msg = unavailable_message(name, repo_id, cache_dir, size)
-            raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
+        hf_model = _from_hub(name, cache_dir, local_files_only)
     return from_hf(hf_model, **overrides).eval()
 
 

@@ -149,9 +149,9 @@ def test_config_from_hf_rejects_what_gptlib_cannot_express(hf_kwargs, message):
 
 
 def test_config_from_hf_rejects_other_model_types():
-    with pytest.raises(ValueError, match="model_type 'gpt2' or 'llama'") as err:
+    with pytest.raises(ValueError, match="describes a 'bert' model") as err:
         config_from_hf(transformers.BertConfig())
-    assert "'bert'" in str(err.value)
+    assert "GPT-2 ('gpt2') and Llama ('llama')" in str(err.value)
 
 
 def test_book_config_cannot_become_gpt2():
@@ -337,13 +337,13 @@ def test_state_dict_from_hf_reports_missing_extra_and_mis_shaped_tensors():
     config = config_from_hf(hf.config)
     sd = dict(hf.state_dict())
     missing = {k: v for k, v in sd.items() if k != "transformer.h.1.mlp.c_fc.bias"}
-    with pytest.raises(ValueError, match="no 'h.1.mlp.c_fc.bias'"):
+    with pytest.raises(ValueError, match="no 'transformer.h.1.mlp.c_fc.bias'. Is it a GPT-2"):
         state_dict_from_hf(missing, config)
-    with pytest.raises(ValueError, match="does not know: \\['h.0.attn.rotary'\\]"):
+    with pytest.raises(ValueError, match="does not know: 'transformer.h.0.attn.rotary'. Is"):
         state_dict_from_hf({**sd, "transformer.h.0.attn.rotary": torch.zeros(1)}, config)
-    with pytest.raises(ValueError, match="position_embedding.weight: \\(32, 64\\) instead of"):
+    with pytest.raises(ValueError, match="wpe.weight: \\(32, 64\\) instead of \\(16, 64\\)"):
         state_dict_from_hf(sd, replace(config, context_length=16))
-    with pytest.raises(ValueError, match="attn.c_attn has shape"):
+    with pytest.raises(ValueError, match="c_attn.weight: \\(64, 192\\) instead of \\(32, 96\\)"):
         state_dict_from_hf(sd, replace(config, d_model=32, n_heads=4))
 
 

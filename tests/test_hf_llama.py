@@ -180,3 +180,66 @@ def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_pa
         "tokenizer.json",
     ):
         assert part in message, part
+
+
+def test_smollm2_shape_grouped_query_attention_and_tied_embeddings():
+    # SmolLM2-135M's layout, small: 9 query heads share 3 key/value heads, the output layer is
+    # the token embedding, and the feed-forward width is not the one gptlib would pick
+    reference = small_llama(
+        8,
+        hidden_size=72,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=192,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 100_000.0},
+    )
+    assert "lm_head.weight" in reference.state_dict()  # tied: the same tensor under two names
+    model = hf.from_hf(reference)
+    c = model.config
+    assert (c.n_heads, c.kv_heads, c.head_size, c.d_ff) == (9, 3, 8, 192)
+    assert c.tie_embeddings and c.rope_base == 100_000.0
+    assert model.lm_head.weight is model.token_embedding.weight
+    assert model.blocks[0].attn.W_k.weight.shape == (24, 72)  # 3 heads of 8
+    with torch.no_grad():
+        diff = (model(ids(9))[0] - reference(ids(9)).logits).abs().max().item()
+    assert diff < TOL
+    back = hf.to_hf(model)
+    assert back.config.num_key_value_heads == 3 and back.config.tie_word_embeddings
+    assert back.lm_head.weight is back.model.embed_tokens.weight
+    ours, theirs = back.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("arch", [hf.GPT2, hf.LLAMA], ids=lambda a: a.name)
+def test_each_name_map_names_every_tensor_but_the_output_layer_once(arch, bias):
+    config = arch.make_config(n_blocks=3, d_model=64, n_heads=4, context_length=16, bias=bias)
+    if arch is hf.GPT2 and not bias:
+        with pytest.raises(ValueError, match="bias=False \\(GPT-2 needs bias=True\\)"):
+            arch.check(config)
+        return
+    ours = [name for pair in arch.name_map(config) for name in pair.ours]
+    assert len(ours) == len(set(ours))
+    with torch.device("meta"):
+        expected = set(GPT(config).state_dict()) - {"lm_head.weight"}
+    assert set(ours) == expected
+    assert all(pair.hf.startswith(arch.body_prefix) for pair in arch.name_map(config))
+
+
+def test_the_architecture_can_be_named_and_is_otherwise_the_closest():
+    llama = hf.llama_config(vocab_size=VOCAB)
+    assert isinstance(hf.config_to_hf(llama), transformers.LlamaConfig)
+    assert isinstance(hf.config_to_hf(llama, architecture="llama"), transformers.LlamaConfig)
+    with pytest.raises(ValueError, match="cannot be expressed as a GPT-2 model: positions='rope'"):
+        hf.config_to_hf(llama, architecture="gpt2")
+    with pytest.raises(ValueError, match="architecture='bert' describes a 'bert' model"):
+        hf.to_hf(GPT(llama), architecture="bert")
+    # one switch away from a Llama, four from a GPT-2: the reasons given are Llama's
+    with pytest.raises(ValueError, match="as a Llama model: norm_type='layernorm' \\(Llama"):
+        hf.config_to_hf(replace(llama, norm_type="layernorm"))
+    # a Llama state dict read as GPT-2 is refused before any tensor is touched
+    reference = small_llama(10)
+    with pytest.raises(ValueError, match="cannot be expressed as a GPT-2"):
+        hf.state_dict_from_hf(reference.state_dict(), hf.config_from_hf(reference.config), "gpt2")

@@ -34,9 +34,8 @@ LAYERS = {
     "gptlib.model": 1,
     "gptlib.checkpoint": 2,
     "gptlib.fast": 2,  # the speed paths, each equal to a piece of model / train
-    "gptlib.hf_common": 2,  # what the two Hugging Face bridges share
-    "gptlib.hf_llama": 2.5,  # the Llama bridge (chapter 13), used through gptlib.hf
-    "gptlib.hf": 2.75,
+    "gptlib.hf_arch": 2,  # GPT-2 and Llama described for the Hugging Face bridge
+    "gptlib.hf": 3,  # the bridge's conversions, written once for both
     "gptlib.example": 2,
     "gptlib.plot": 2,
     "gptlib.run": 3,  # a training run's state: seeding, resuming, saving

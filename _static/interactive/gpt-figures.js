@@ -16,30 +16,9 @@
 (function (global) {
   "use strict";
 
-  const book = (global.GPTBook = global.GPTBook || {});
-  const SVG = "http://www.w3.org/2000/svg";
+  const book = global.GPTBook;
+  const { el, svgEl, softmax } = book; // from gpt-common.js
   const BAR = "#3b6ea8";
-
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-    for (const c of children) node.append(c);
-    return node;
-  }
-
-  function svgEl(tag, attrs = {}, text) {
-    const node = document.createElementNS(SVG, tag);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-
-  function softmax(z, temperature = 1) {
-    const max = Math.max(...z);
-    const e = z.map((v) => Math.exp((v - max) / temperature));
-    const total = e.reduce((a, b) => a + b, 0);
-    return e.map((v) => v / total);
-  }
 
   /** Blue (-1) - white (0) - red (+1), for signed values. */
   function signedColour(v) {

@@ -12,11 +12,10 @@
 (function (global) {
   "use strict";
 
+  const { softmax, decodeBase64 } = global.GPTBook; // from gpt-common.js
+
   function decodeFloat32(base64) {
-    const raw = atob(base64);
-    const bytes = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-    return new Float32Array(bytes.buffer); // little-endian, as every browser's platform is
+    return new Float32Array(decodeBase64(base64).buffer); // little-endian, as every browser's platform is
   }
 
   /** y = W x + b for W of shape (out, in) stored row by row. */
@@ -47,20 +46,6 @@
       y[i] = (x[i] - mean) * scale * (weight ? weight[i] : 1) + (bias ? bias[i] : 0);
     }
     return y;
-  }
-
-  /** softmax(z / temperature), computed stably (subtract the largest score first). */
-  function softmax(z, temperature = 1) {
-    let max = -Infinity;
-    for (const v of z) max = Math.max(max, v);
-    const out = new Float64Array(z.length);
-    let total = 0;
-    for (let i = 0; i < z.length; i++) {
-      out[i] = Math.exp((z[i] - max) / temperature);
-      total += out[i];
-    }
-    for (let i = 0; i < z.length; i++) out[i] /= total;
-    return out;
   }
 
   /** The sinusoidal table of chapter 3: PE[pos, 2i] = sin(pos ω_i), PE[pos, 2i+1] = cos(pos ω_i). */
@@ -146,8 +131,8 @@
     }
 
     /** Chapters 4-7: causal multi-head self-attention over xs (one vector per token).
-     * Returns the outputs and the weights [head][query][key]. */
-    attention(prefix, xs) {
+     * Returns the outputs and, when keepWeights, the weights [head][query][key] (else null). */
+    attention(prefix, xs, keepWeights = true) {
       const { d_model: C, n_heads: H } = this.config;
       const hs = C / H;
       const project = (name, x) => linear(this.w(`${prefix}.${name}.weight`), this.w(`${prefix}.${name}.bias`), x, C);
@@ -155,11 +140,11 @@
       const k = xs.map((x) => project("W_k", x));
       const v = xs.map((x) => project("W_v", x));
       const T = xs.length;
-      const weights = [];
+      const weights = keepWeights ? [] : null;
       const merged = xs.map(() => new Float64Array(C));
       for (let h = 0; h < H; h++) {
         const lo = h * hs;
-        const headWeights = [];
+        const headWeights = keepWeights ? [] : null;
         for (let i = 0; i < T; i++) {
           const scores = new Float64Array(i + 1); // keys 0..i: the causal mask (chapter 6)
           for (let j = 0; j <= i; j++) {
@@ -171,11 +156,13 @@
           for (let j = 0; j <= i; j++) {
             for (let c = lo; c < lo + hs; c++) merged[i][c] += w[j] * v[j][c];
           }
-          const row = new Float64Array(T); // masked keys get weight 0
-          row.set(w);
-          headWeights.push(row);
+          if (keepWeights) {
+            const row = new Float64Array(T); // masked keys get weight 0
+            row.set(w);
+            headWeights.push(row);
+          }
         }
-        weights.push(headWeights);
+        if (keepWeights) weights.push(headWeights);
       }
       const out = merged.map((m) => linear(this.w(`${prefix}.W_o.weight`), this.w(`${prefix}.W_o.bias`), m, C));
       return { out, weights };
@@ -191,32 +178,33 @@
     }
 
     /** Chapter 8: one block, pre-LN (x + f(LN(x))) or post-LN (LN(x + f(x))). */
-    block(b, xs) {
+    block(b, xs, keepWeights = true) {
       const p = `blocks.${b}`;
       const eps = this.config.layer_norm_eps;
       const ln = (name, x) => layerNorm(x, this.w(`${p}.${name}.weight`), this.w(`${p}.${name}.bias`), eps);
       const add = (a, c) => a.map((v, i) => v + c[i]);
       if (this.config.norm === "post") {
-        const { out, weights } = this.attention(`${p}.attn`, xs);
+        const { out, weights } = this.attention(`${p}.attn`, xs, keepWeights);
         const ys = xs.map((x, t) => ln("ln1", add(x, out[t])));
         return { xs: ys.map((y) => ln("ln2", add(y, this.feedForward(`${p}.ffn`, y)))), weights };
       }
-      const { out, weights } = this.attention(`${p}.attn`, xs.map((x) => ln("ln1", x)));
+      const { out, weights } = this.attention(`${p}.attn`, xs.map((x) => ln("ln1", x)), keepWeights);
       const ys = xs.map((x, t) => add(x, out[t]));
       return { xs: ys.map((y) => add(y, this.feedForward(`${p}.ffn`, ln("ln2", y)))), weights };
     }
 
     /** Model ids (at most context_length) -> logits of every position (only the last one with
-     * lastOnly) and every block's attention weights [block][head][query][key]. */
-    forward(ids, { lastOnly = false } = {}) {
+     * lastOnly) and every block's attention weights [block][head][query][key] (null with
+     * attention: false, which saves building maps nobody looks at). */
+    forward(ids, { lastOnly = false, attention: keepWeights = true } = {}) {
       const { n_blocks: nBlocks, context_length: T, vocab_size: V, layer_norm_eps: eps } = this.config;
       if (ids.length < 1 || ids.length > T) throw new Error(`give 1 to ${T} tokens, not ${ids.length}`);
       let xs = this.embed(ids);
-      const attention = [];
+      const attention = keepWeights ? [] : null;
       for (let b = 0; b < nBlocks; b++) {
-        const result = this.block(b, xs);
+        const result = this.block(b, xs, keepWeights);
         xs = result.xs;
-        attention.push(result.weights);
+        if (keepWeights) attention.push(result.weights);
       }
       if (this.config.final_norm) {
         xs = xs.map((x) => layerNorm(x, this.w("final_norm.weight"), this.w("final_norm.bias"), eps));
@@ -226,10 +214,11 @@
       return { logits, attention };
     }
 
-    /** Logits for the next token after `ids` (the last context_length of them). */
+    /** Logits for the next token after `ids` (the last context_length of them); generation
+     * needs no attention maps. */
     nextLogits(ids) {
       const window = ids.slice(-this.config.context_length);
-      const { logits } = this.forward(window, { lastOnly: true });
+      const { logits } = this.forward(window, { lastOnly: true, attention: false });
       return logits[logits.length - 1];
     }
 
@@ -272,7 +261,6 @@
 
   global.GPTBook = Object.assign(global.GPTBook || {}, {
     GPTModel,
-    softmax,
     sinusoidalPosition,
     seededRandom,
     sampleNext,

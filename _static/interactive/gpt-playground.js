@@ -9,7 +9,8 @@
 (function (global) {
   "use strict";
 
-  const book = (global.GPTBook = global.GPTBook || {});
+  const book = global.GPTBook;
+  const { el, svgEl } = book; // from gpt-common.js
   const here = document.currentScript ? document.currentScript.src : "";
   const DEFAULT_PROMPT = "A good salesperson builds trust with the customer";
 
@@ -21,20 +22,6 @@
       script.onerror = () => reject(new Error(`could not load ${url}`));
       document.head.appendChild(script);
     });
-  }
-
-  /** A DOM element: el("div", {class: "x"}, child, "text", ...). */
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-    for (const c of children) node.append(c);
-    return node;
-  }
-
-  function svgEl(tag, attrs = {}) {
-    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-    return node;
   }
 
   /** White -> dark blue for attention weights in [0, 1]. */

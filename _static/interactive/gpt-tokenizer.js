@@ -20,6 +20,7 @@
 (function (global) {
   "use strict";
 
+  const { decodeBase64 } = global.GPTBook; // from gpt-common.js
   const S = "\\p{White_Space}";
   const NOT_S = "\\P{White_Space}";
   const PATTERN = new RegExp(
@@ -46,13 +47,6 @@
     let key = "";
     for (let i = start; i < end; i++) key += String.fromCharCode(bytes[i]);
     return key;
-  }
-
-  function decodeBase64(text) {
-    const raw = atob(text);
-    const out = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
-    return out;
   }
 
   class BytePairTokenizer {
