@@ -27,6 +27,7 @@ LAYERS = {
     "gptlib.distributed": 0,
     "gptlib.loss": 0,
     "gptlib.notebook": 0,
+    "gptlib.bpe": 0.5,  # the hand-built BPE of chapter 1, checked against gptlib.tokenizer's
     "gptlib.model": 1,
     "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
