@@ -43,8 +43,9 @@ from gptlib.tokenizer import get_encoding
 # punctuation with an optional leading space and any line breaks after it; whitespace that ends
 # the text; whitespace up to and including a line break; whitespace not followed by a
 # non-space (so a run of spaces leaves its last space to the next word); any other whitespace.
-# The possessive quantifiers (``?+``, ``++``) never give back what they matched; they make the
-# matching faster, not different. The ``regex`` package understands them and ``\p{L}`` (any letter).
+# The possessive quantifiers (``?+``, ``++``) never give back what they matched; in this pattern
+# that makes matching faster without changing any match. The ``regex`` package understands them,
+# and ``\p{L}`` / ``\p{N}`` (any letter / digit, in every script).
 CL100K_PATTERN = (
     r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
     r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
