@@ -211,6 +211,11 @@ class BytePairEncoder:
         """Text -> ids. A special token's text becomes its id when named in ``allowed_special``
         (or ``"all"``); any other special token's text in ``text`` is an error, as in tiktoken."""
         text = self._checked_text(text)
+        if isinstance(allowed_special, str) and allowed_special != "all":
+            raise TypeError(
+                f"allowed_special takes a set of names or 'all', not the string "
+                f"{allowed_special!r}; write allowed_special={{{allowed_special!r}}}"
+            )
         allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
         unknown = allowed - set(self.special_tokens)
         if unknown:

@@ -170,6 +170,8 @@ def test_encode_ordinary_keeps_special_token_text_as_text(cl100k, bpe):
 def test_an_unknown_special_token_name_is_an_error(bpe):
     with pytest.raises(ValueError, match="not special tokens.*<\\|eot\\|>"):
         bpe.encode("hi", allowed_special={"<|eot|>"})
+    with pytest.raises(TypeError, match=re.escape("allowed_special={'<|endoftext|>'}")):
+        bpe.encode("hi", allowed_special="<|endoftext|>")  # a string, not a set of strings
 
 
 # ---- bad input -------------------------------------------------------------------------------
