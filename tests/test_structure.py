@@ -31,6 +31,7 @@ LAYERS = {
     "gptlib.kv_cache": 0,
     "gptlib.notebook": 0,
     "gptlib.data": 1,
+    "gptlib.bpe": 1,  # the hand-built BPE of chapter 1, checked against gptlib.tokenizer's
     "gptlib.model": 1,
     "gptlib.checkpoint": 2,
     "gptlib.fast": 2,  # the speed paths, each equal to a piece of model / train
