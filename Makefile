@@ -33,9 +33,12 @@ browser:
 book: setup
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 
+# The publishing workflow is checked against GitHub's workflow schema (check-jsonschema ships it,
+# so this needs no network).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 unit: setup
 	$(BIN)/pytest tests

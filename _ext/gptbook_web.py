@@ -11,6 +11,11 @@
   ``<html>/_static/web-model/`` with ``tools/export_web_model.py``. The checkpoint is the config
   value ``gptbook_web_checkpoint`` (default ``chapters/runs/ch10/checkpoint.pt``, relative to the
   book's folder). Without it, the page says to run chapter 10 first.
+* Writes each of a page's scripts once. sphinx-thebe (which Jupyter Book always loads) registers
+  its inline ``const THEBE_JS_URL = ...`` script while the build is under way, and Sphinx then
+  lists it twice (once named ``None``, once ``''``), so every page threw "Identifier
+  'THEBE_JS_URL' has already been declared". Thebe itself stays off: the launch buttons (Binder,
+  Colab) run the chapters, and the site's own figures need no kernel.
 """
 
 from __future__ import annotations
@@ -45,6 +50,28 @@ def shared_script_first(app: Sphinx, config: Config) -> None:
         config.html_js_files = [scripts.pop(name.index(FIRST_SCRIPT)), *scripts]
 
 
+def _script_key(script: object) -> tuple:
+    """What makes two of Sphinx's script entries the same script (no file counts as '')."""
+    attributes = getattr(script, "attributes", {})
+    return (getattr(script, "filename", script) or "", tuple(sorted(attributes.items())))
+
+
+def one_copy_of_each_script(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
+    """Drop repeated entries from the page's script list, keeping the first of each."""
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, unique = set(), []
+    for script in scripts:
+        key = _script_key(script)
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    scripts[:] = unique  # the builder's own list: it restores it after each page
+
+
 def export_model(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -63,5 +90,6 @@ def export_model(app: Sphinx, exception: Exception | None) -> None:
 def setup(app: Sphinx) -> dict:
     app.add_config_value("gptbook_web_checkpoint", DEFAULT_CHECKPOINT, "html")
     app.connect("config-inited", shared_script_first)
+    app.connect("html-page-context", one_copy_of_each_script, priority=900)
     app.connect("build-finished", export_model)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

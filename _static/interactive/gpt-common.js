@@ -25,7 +25,7 @@
     return node;
   }
 
-  /** softmax(z / temperature) (chapters 6 and 10), computed stably: the largest score is
+  /** softmax(z / temperature) (chapters 6 and 11), computed stably: the largest score is
    * subtracted first, so no exponential overflows. */
   function softmax(z, temperature = 1) {
     let max = -Infinity;

@@ -1,9 +1,9 @@
-/* The book's GPT, forward pass only, in plain JavaScript (chapters 2 to 9, and 10's sampling).
+/* The book's GPT, forward pass only, in plain JavaScript (chapters 2 to 9, and 11's sampling).
  *
  * Every step is the one a chapter builds: token embedding (2), positions (3), queries, keys and
  * values split into heads (4), scores scaled by √d_k (5), causal mask and softmax (6), weighted
  * sum of the values and output projection (7), LayerNorm, residuals and the feed-forward network
- * (8), final LayerNorm and the output layer (9), temperature and top-k sampling (10).
+ * (8), final LayerNorm and the output layer (9), temperature and top-k sampling (11).
  *
  * Vectors are Float64Arrays (JavaScript numbers are 64-bit; PyTorch works in float32, so the two
  * agree to about 1e-6). Matrices keep PyTorch's nn.Linear layout: W is (out, in), y = W x + b.
@@ -222,7 +222,7 @@
       return logits[logits.length - 1];
     }
 
-    /** Chapter 10's sampling: `steps` new ids after `ids`; temperature 0 = always the most likely;
+    /** Chapter 11's sampling: `steps` new ids after `ids`; temperature 0 = always the most likely;
      * topK 0 = the whole vocabulary. `random()` returns numbers in [0, 1). */
     generate(ids, steps, { temperature = 1, topK = 0, random = Math.random } = {}) {
       const out = ids.slice();

@@ -5,6 +5,9 @@
  * built) with <script> tags, which also work when the book is opened from a folder on disk, and
  * then builds the panels: tokens, attention weights, next-token probabilities and generation.
  * Everything is computed in the browser by gpt-tokenizer.js and gpt-model.js.
+ *
+ * A prompt may hold tokens the model never saw (its vocabulary is only its corpus's tokens). They
+ * are named, struck through and left out; the model runs on the tokens it knows.
  */
 (function (global) {
   "use strict";
@@ -12,7 +15,26 @@
   const book = global.GPTBook;
   const { el, svgEl } = book; // from gpt-common.js
   const here = document.currentScript ? document.currentScript.src : "";
-  const DEFAULT_PROMPT = "A good salesperson builds trust with the customer";
+  // Prompts a reader can click. The last one holds a word the sales textbook never uses
+  // ("␣asked"), to show how such tokens are left out.
+  const EXAMPLES = [
+    "A good salesperson builds trust with the customer",
+    "The key to successful selling is",
+    "When a customer says no,",
+    "The salesperson asked the customer about",
+  ];
+  // What the book's own corpus is called in the exported model, and how the page names it.
+  const BOOK_CORPUS = "sales-textbook";
+
+  /** How the page names the corpus the model was trained on: the `corpus` field of the exported
+   * model (a corpus name or a file path; at the top level, or in a `metadata` object), or the
+   * book's own corpus when an older export has none. */
+  function corpusName(data) {
+    const given = data.corpus ?? (data.metadata && data.metadata.corpus);
+    const corpus = typeof given === "string" ? given.trim() : "";
+    if (!corpus || corpus === BOOK_CORPUS) return "the sales textbook";
+    return `the text “${corpus.split(/[\\/]/).pop()}”`;
+  }
 
   function loadScript(url) {
     return new Promise((resolve, reject) => {
@@ -85,10 +107,11 @@
   }
 
   class Playground {
-    constructor(root, model, tokenizer) {
+    constructor(root, model, tokenizer, about) {
       this.root = root;
       this.model = model;
       this.tokenizer = tokenizer;
+      this.about = about; // {corpus, parameters, step}: what the exported model says of itself
       this.result = null; // the last analysed prompt, for the panels (and the book's tests)
       this.timings = {};
       this.build();
@@ -98,7 +121,17 @@
       const { n_blocks: nBlocks, n_heads: nHeads, context_length: T, vocab_size: V } = this.model.config;
       const option = (i) => el("option", { value: i }, String(i));
       this.prompt = el("textarea", { id: "gptp-prompt", rows: 2, spellcheck: "false" });
-      this.prompt.value = DEFAULT_PROMPT;
+      this.prompt.value = EXAMPLES[0];
+      const examples = EXAMPLES.map((text) => {
+        const button = el("button", { type: "button", class: "gptp-example" }, text);
+        button.addEventListener("click", () => {
+          this.prompt.value = text;
+          this.update();
+        });
+        return button;
+      });
+      const { corpus, parameters, step } = this.about;
+      const trained = step ? ` for ${step.toLocaleString("en")} steps` : "";
       this.tokens = el("div", { id: "gptp-tokens", class: "gptp-tokens" });
       this.unknown = el("div", { id: "gptp-unknown", class: "gptp-message", hidden: "" });
       this.blockSelect = el("select", { id: "gptp-block" }, ...Array.from({ length: nBlocks }, (_, i) => option(i)));
@@ -119,7 +152,10 @@
       this.root.replaceChildren(
         section(
           "1. Your prompt and its tokens",
-          el("label", { for: "gptp-prompt" }, `Type some text (the model reads the last ${T} tokens):`),
+          el("p", { id: "gptp-about", class: "gptp-note" },
+            `A model of ${parameters.toLocaleString("en")} parameters, trained${trained} on ${corpus}.`),
+          el("div", { id: "gptp-examples", class: "gptp-examples" }, "Try an example: ", ...examples),
+          el("label", { for: "gptp-prompt" }, `Or type some text (the model reads the last ${T} tokens it knows):`),
           this.prompt,
           this.tokens,
           this.unknown,
@@ -160,7 +196,8 @@
       return 10 ** Number(this.temperature.value);
     }
 
-    /** Tokenize the prompt, run the model on its last context_length tokens, refresh the panels. */
+    /** Tokenize the prompt, leave out the tokens the model does not know, run the model on the
+     * last context_length of the others, refresh the panels. */
     analyse(text) {
       const started = performance.now();
       const cl100k = this.tokenizer.encode(text);
@@ -170,10 +207,11 @@
         text: this.tokenizer.tokenString(id),
       }));
       const unknown = tokens.filter((t) => t.model === undefined);
-      const result = { text, tokens, unknown, window: [], logits: null, attention: null };
-      if (tokens.length && !unknown.length) {
+      const known = tokens.filter((t) => t.model !== undefined);
+      const result = { text, tokens, unknown, known, window: [], logits: null, attention: null };
+      if (known.length) {
         const T = this.model.config.context_length;
-        result.window = tokens.slice(-T);
+        result.window = known.slice(-T);
         const out = this.model.forward(result.window.map((t) => t.model));
         result.logits = out.logits.map((row) => Array.from(row));
         result.attention = out.attention;
@@ -191,35 +229,50 @@
     }
 
     showTokens() {
-      const { tokens, unknown, window } = this.result;
-      const firstSeen = window.length ? tokens.length - window.length : 0; // earlier: not read
+      const { tokens, unknown, known, window } = this.result;
+      const read = new Set(window); // the known tokens inside the context window
       this.tokens.replaceChildren(
-        ...tokens.map((t, i) =>
-          el(
+        ...tokens.map((t) => {
+          const isUnknown = t.model === undefined;
+          let kind = "";
+          if (isUnknown) kind = " gptp-unknown";
+          else if (!read.has(t)) kind = " gptp-outside"; // known, but before the window
+          return el(
             "span",
             {
-              class: "gptp-token" + (t.model === undefined ? " gptp-unknown" : "") + (i < firstSeen ? " gptp-outside" : ""),
+              class: "gptp-token" + kind,
               "data-cl100k": t.cl100k,
-              "data-model": t.model === undefined ? "" : t.model,
-              title: t.model === undefined ? "not in the model's vocabulary" : `cl100k id ${t.cl100k}, model id ${t.model}`,
+              "data-model": isUnknown ? "" : t.model,
+              title: isUnknown ? "not in the model's vocabulary: left out" : `cl100k id ${t.cl100k}, model id ${t.model}`,
             },
-            el("span", { class: "gptp-token-text" }, t.text),
-            el("span", { class: "gptp-token-id" }, t.model === undefined ? `${t.cl100k} · ?` : `${t.cl100k} · ${t.model}`),
-          ),
-        ),
+            el(isUnknown ? "del" : "span", { class: "gptp-token-text" }, t.text),
+            el("span", { class: "gptp-token-id" }, isUnknown ? `${t.cl100k} · left out` : `${t.cl100k} · ${t.model}`),
+          );
+        }),
       );
       if (!tokens.length) {
-        this.showMessage("Type at least one word to see what the model makes of it.");
+        this.showMessage("Type at least one word, or click an example, to see what the model makes of it.");
       } else if (unknown.length) {
         const names = [...new Set(unknown.map((t) => `“${t.text}” (cl100k id ${t.cl100k})`))];
-        this.showMessage(
-          `The model has never seen ${names.length === 1 ? "this token" : "these tokens"}: ${names.join(", ")}. ` +
-            "Its vocabulary is only the tokens of the sales textbook it was trained on, so it has no " +
-            "vector for them (chapter 10). Rephrase the prompt without them.",
-        );
+        const one = names.length === 1;
+        const what =
+          `The model has never seen ${one ? "this token" : "these tokens"}: ${names.join(", ")}. ` +
+          `Its vocabulary is only the tokens of ${this.about.corpus}, which it was trained on, so it ` +
+          `has no vector for ${one ? "it" : "them"} (chapter 9). `;
+        const leftOut = known.length
+          ? `${one ? "It is" : "They are"} struck through above and left out: the model reads ` +
+            `the ${known.length} other token${known.length === 1 ? "" : "s"}, ` +
+            `“${this.readText()}”.`
+          : "No token of this prompt is left to read: rephrase it, or click an example.";
+        this.showMessage(what + leftOut);
       } else {
         this.unknown.hidden = true;
       }
+    }
+
+    /** The text of the tokens the model reads (the known ones inside its window). */
+    readText() {
+      return this.tokenizer.decode(this.result.window.map((t) => t.cl100k));
     }
 
     showMessage(text) {
@@ -280,10 +333,15 @@
       const topK = Math.max(0, Math.floor(Number(this.topK.value) || 0));
       const random = book.seededRandom(Number(this.seed.value) || 0);
       const started = performance.now();
-      const ids = this.model.generate(r.tokens.map((t) => t.model), steps, { temperature, topK, random });
+      const ids = this.model.generate(r.window.map((t) => t.model), steps, { temperature, topK, random });
       const seconds = (performance.now() - started) / 1000;
       const text = this.tokenizer.decode(ids.map((id) => this.model.toCl100kId(id)));
-      this.output.replaceChildren(el("span", { class: "gptp-prompt-echo" }, r.text), el("strong", {}, text));
+      // the prompt as typed, with the tokens that were left out struck through
+      const echo = r.tokens.map((t) => {
+        const piece = this.tokenizer.decode([t.cl100k]);
+        return t.model === undefined ? el("del", { class: "gptp-left-out" }, piece) : piece;
+      });
+      this.output.replaceChildren(el("span", { class: "gptp-prompt-echo" }, ...echo), el("strong", {}, text));
       this.timings.tokensPerSecond = steps / seconds;
       this.timing.textContent = `${steps} tokens in ${seconds.toFixed(2)} s (${(steps / seconds).toFixed(0)} tokens/s), computed in your browser.`;
       this.root.dataset.generated = String(Number(this.root.dataset.generated || 0) + 1);
@@ -305,7 +363,9 @@
       await loadScript(new URL("tokenizer.js", base).href);
       const model = new book.GPTModel(data);
       const tokenizer = new book.BytePairTokenizer(global.gptWebTokenizer);
-      const playground = new Playground(root, model, tokenizer);
+      const about = { corpus: corpusName(data), parameters: data.num_parameters, step: data.step };
+      for (const span of document.querySelectorAll(".gptp-corpus")) span.textContent = about.corpus;
+      const playground = new Playground(root, model, tokenizer, about);
       book.playground = playground;
       playground.update();
       root.dataset.state = "ready";

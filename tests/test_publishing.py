@@ -1,0 +1,97 @@
+"""Publishing the site: the workflow that deploys it to GitHub Pages, and the repository address.
+
+The workflow's syntax is checked in ``make lint`` against GitHub's schema; here, what a schema
+cannot know: that it builds with the README's command and deploys what that command builds. The
+repository address lives in ``_config.yml``; the chapters' Colab set-up cells carry the one copy
+of it, which ``tools/set_repository.py`` keeps in step.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "publish.yml"
+
+
+def _tool():
+    """tools/set_repository.py (not a package: loaded from its file)."""
+    spec = importlib.util.spec_from_file_location(
+        "set_repository", ROOT / "tools" / "set_repository.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _setup_cell(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+def test_workflow_builds_with_the_readme_command_and_deploys_it() -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    on = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as True
+    assert on["push"]["branches"] == ["main"] and "workflow_dispatch" in on
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    runs = [step.get("run", "") for step in build["steps"]]
+    assert "make book" in runs, "the site must be built with the README's command"
+    assert "make book" in (ROOT / "README.md").read_text()
+    assert "make book" in (ROOT / "Makefile").read_text()
+    uploads = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages")]
+    assert [s["with"]["path"] for s in uploads] == ["_build/html"]  # where `make book` writes
+    assert runs.index("make book") < build["steps"].index(uploads[0])
+    assert deploy["needs"] == "build"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
+
+
+def test_chapters_name_the_configured_repository() -> None:
+    url = _tool().configured_url()
+    assert url == yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    for notebook in sorted((ROOT / "chapters").glob("*.ipynb")):
+        assert f'repo = "{url}"' in _setup_cell(notebook), (
+            f"{notebook.name}'s set-up cell does not name {url}: run "
+            "`python tools/set_repository.py URL` to write one address everywhere"
+        )
+
+
+@pytest.fixture
+def book_copy(tmp_path: Path) -> Path:
+    """_config.yml and two chapters, copied."""
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    (tmp_path / "chapters").mkdir()
+    for name in ("01_tokenization.ipynb", "11_generation.ipynb"):
+        shutil.copy(ROOT / "chapters" / name, tmp_path / "chapters" / name)
+    return tmp_path
+
+
+def test_set_repository_rewrites_the_config_and_the_setup_cells(book_copy: Path) -> None:
+    tool = _tool()
+    old, new = tool.configured_url(book_copy), "https://github.com/reader/my-gpt-book"
+    before = {p: p.read_text() for p in book_copy.rglob("*.*")}
+    changed = tool.set_repository(new + "/", book_copy)  # a trailing slash is dropped
+    assert sorted(changed) == sorted(before)
+    config = yaml.safe_load((book_copy / "_config.yml").read_text())
+    assert config["repository"]["url"] == new == tool.configured_url(book_copy)
+    for path, text in before.items():
+        # nothing else changed: the old address, put back, gives the file as it was
+        assert path.read_text().replace(new, old) == text
+        if path.suffix == ".ipynb":
+            assert f'repo = "{new}"' in _setup_cell(path)
+    assert tool.set_repository(new, book_copy) == [], "a second run has nothing to change"
+
+
+def test_set_repository_refuses_what_is_not_a_github_repository(book_copy: Path) -> None:
+    before = (book_copy / "_config.yml").read_text()
+    for bad in ("github.com/reader/book", "https://gitlab.com/reader/book", "https://github.com/x"):
+        with pytest.raises(ValueError, match="https://github.com/OWNER/NAME"):
+            _tool().set_repository(bad, book_copy)
+    assert (book_copy / "_config.yml").read_text() == before
