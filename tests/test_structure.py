@@ -27,6 +27,8 @@ LAYERS = {
     "gptlib.distributed": 0,
     "gptlib.loss": 0,
     "gptlib.notebook": 0,
+    "gptlib.hf_tokenizer": 0,  # a Hugging Face tokenizer behind gptlib's interface (chapter 13)
+    "gptlib.gguf_llama": 0,  # a Llama GGUF file's settings and weights (chapter 13)
     "gptlib.model": 1,
     "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
@@ -34,6 +36,9 @@ LAYERS = {
     "gptlib.hf_llama": 2.5,  # the Llama bridge (chapter 13), used through gptlib.hf
     "gptlib.hf": 2.75,
     "gptlib.example": 2,
+    "gptlib.bits": 2,  # bits per byte (chapter 13)
+    "gptlib.lora": 2,  # LoRA (chapter 14)
+    "gptlib.pretrained": 2.9,  # SmolLM2 and other pretrained Llamas, through the bridge
     "gptlib.plot": 2,
     "gptlib.train": 3,
     "gptlib.generate": 3,
