@@ -35,16 +35,20 @@ def _windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
 
 @torch.no_grad()
 def token_losses(
-    model: GPT, ids: list[int] | torch.Tensor, stride: int | None = None, batch_size: int = 8
+    model: GPT,
+    ids: list[int] | torch.Tensor,
+    stride: int | None = None,
+    batch_size: int = 8,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The loss (nats) of every token ``ids[1:]`` given the tokens before it: shape (n - 1,).
 
-    Windows of the model's context length (or fewer tokens) start every ``stride`` tokens
-    (default: half the context); each scores the targets the previous ones did not, so every
-    token after the first window sees at least ``context - stride`` tokens before it.
+    Windows of ``window`` tokens (default and at most: the model's context length) start every
+    ``stride`` tokens (default: half a window); each scores the targets the previous ones did not,
+    so every token after the first window sees at least ``window - stride`` tokens before it.
     """
     ids = torch.as_tensor(ids, dtype=torch.long).flatten()
-    window = model.config.context_length
+    window = min(window or model.config.context_length, model.config.context_length)
     stride = stride or max(1, window // 2)
     if not 1 <= stride <= window - 1 and window > 1:
         raise ValueError(f"stride must be between 1 and context_length - 1, got {stride}")

@@ -70,10 +70,8 @@ def llama_settings(reader: Any) -> dict[str, Any]:
         num_key_value_heads=int(_field(reader, "llama.attention.head_count_kv")),
         max_position_embeddings=int(_field(reader, "llama.context_length")),
         rms_norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": float(_field(reader, "llama.rope.freq_base", 10_000.0)),
-        },
+        # the one spelling transformers 4 and 5 both read (5 moves it into rope_parameters)
+        rope_theta=float(_field(reader, "llama.rope.freq_base", 10_000.0)),
         tie_word_embeddings="output.weight" not in names,
         hidden_act="silu",
     )

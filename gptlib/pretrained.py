@@ -157,10 +157,8 @@ def load_hf_llama(path: Path) -> Any:
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     _check_llama(path, config.get("model_type"))
     with _quiet_transformers():
-        hf_model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype="float32"
-        )
-    return hf_model.eval()
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    return hf_model.float().eval()
 
 
 def load_hf_tokenizer(path: Path) -> HFTokenizer:
