@@ -314,7 +314,8 @@ def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m gptlib.generate",
-        description="Generate text from a checkpoint written by python -m gptlib.train.",
+        description="Generate text from a checkpoint written by python -m gptlib.train, or "
+        "from a pretrained model: --model smollm2 --chat --prompt 'What makes a good sale?'",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", nargs="?", help="checkpoint file, or the training output folder")

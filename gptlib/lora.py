@@ -59,6 +59,9 @@ class LoRALinear(nn.Module):
         with torch.no_grad():
             self.lora_A.uniform_(-bound, bound, generator=generator)
 
+    def extra_repr(self) -> str:
+        return f"rank={self.rank}, alpha={self.alpha:g}"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_in) -> (..., d_out)."""
         low = F.linear(F.linear(x, self.lora_A), self.lora_B)  # (..., d_out) through rank r
