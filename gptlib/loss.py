@@ -73,6 +73,12 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 #   V = 8,192 to 65,536: 1.00-1.03x; 100,070: 1.18x; the layer and loss alone at N = 256 and 768:
 #   1.83-2.24x from 16,384-32,768, and at N = 64 about even (0.95-1.06x at 65,536 and 100,070).
 FUSED_MIN_VOCAB = 32_768
+# ... and up to which width: recomputing a logit in the backward pass costs C multiply-adds, so a
+# wide model pays more for it than it saves. SmolLM2's LoRA step (C = 576, V = 49,152, N = 256,
+# frozen output layer, one thread, interleaved rounds on a busy 2-core machine): the plain path
+# was 3-10% faster. The book's C = 64 is where the fused path wins; widths between 64 and 576
+# are not measured, 256 is a guess between the two.
+FUSED_MAX_WIDTH = 256
 _CHUNK_FLOATS = 1 << 18  # ~1 MB of float32 logits per chunk: it stays in the CPU's L2 cache
 
 
@@ -161,7 +167,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def _fused_applies(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
-    """The fused path is for fp32/fp64 on a CPU, without autocast, and a large vocabulary."""
+    """The fused path is for fp32/fp64 on a CPU, without autocast, a large vocabulary and a
+    narrow model."""
     return (
         hidden.device.type == "cpu"
         and weight.device.type == "cpu"
@@ -169,6 +176,7 @@ def _fused_applies(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
         and hidden.dtype in (torch.float32, torch.float64)
         and not torch.is_autocast_enabled("cpu")
         and weight.shape[0] >= FUSED_MIN_VOCAB
+        and hidden.shape[-1] <= FUSED_MAX_WIDTH
     )
 
 
@@ -179,12 +187,13 @@ def linear_cross_entropy(
 
     hidden: (..., C), weight: (V, C), targets: (...) with ids in 0..V-1. The value (and the
     gradients of hidden and weight) are those of ``cross_entropy(F.linear(hidden, weight),
-    targets)`` up to float rounding. On a CPU with a large vocabulary (``V >= FUSED_MIN_VOCAB``;
-    fp32/fp64, no autocast) the two are computed together a block of vocabulary columns at a time,
-    so the (N, V) logits and their gradient never exist in memory. Otherwise it is exactly that
-    expression: small logits stay in the cache anyway; bf16 autocast keeps PyTorch's bf16 matrix
-    multiply; and on a GPU one large cuBLAS product should beat a Python loop of small ones (not
-    measured: no GPU was available when the cross-over was measured).
+    targets)`` up to float rounding. On a CPU with a large vocabulary (``V >= FUSED_MIN_VOCAB``),
+    a narrow model (``C <= FUSED_MAX_WIDTH``), fp32/fp64 and no autocast, the two are computed
+    together a block of vocabulary columns at a time, so the (N, V) logits and their gradient
+    never exist in memory. Otherwise it is exactly that expression: small logits stay in the cache
+    anyway; a wide model's logits cost more to recompute than to keep; bf16 autocast keeps
+    PyTorch's bf16 matrix multiply; and on a GPU one large cuBLAS product should beat a Python loop
+    of small ones (not measured: no GPU was available when the cross-over was measured).
     """
     C = hidden.shape[-1]
     if weight.dim() != 2 or weight.shape[1] != C or targets.shape != hidden.shape[:-1]:
