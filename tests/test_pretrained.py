@@ -99,7 +99,7 @@ def test_logits_with_the_kv_cache_match_transformers(smollm2):
 
 def test_greedy_tokens_are_transformers(smollm2):
     ids = smollm2.tokenizer.chat(QUESTION)
-    n_new = 24
+    n_new = 16
     x = torch.tensor([ids])
     theirs = smollm2.hf.generate(
         x, attention_mask=torch.ones_like(x), max_new_tokens=n_new, min_new_tokens=n_new,
