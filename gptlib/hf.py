@@ -25,8 +25,10 @@ the functions that need it, so ``import gptlib`` (and this module) never loads i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import warnings
 from collections.abc import Mapping
 from dataclasses import replace
@@ -50,6 +52,7 @@ from gptlib.hf_common import (  # re-exported: gptlib.hf is the front door
     unavailable_message,
 )
 from gptlib.hf_llama import check_llama_compatible, is_llama_config, llama_config
+from gptlib.integrity import refused_pickle
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
 
@@ -427,6 +430,21 @@ def _model_class(path: Path):
     return getattr(import_transformers(), _CLASSES[model_type])
 
 
+@contextlib.contextmanager
+def _pickles_refused(where: str | os.PathLike):
+    """Turn transformers' raw UnpicklingError for a ``pytorch_model.bin`` that carries pickled
+    code into one clear error (the file is refused, never run)."""
+    try:
+        yield
+    except pickle.UnpicklingError as err:
+        why = refused_pickle(str(err)) or f"it could not be read safely ({str(err)[:120]})"
+        raise PretrainedUnavailableError(
+            f"refusing to load the weights in {where} (pytorch_model.bin): {why}. It was refused "
+            "for safety: unpickling it could run arbitrary code. Use the model.safetensors file "
+            "of the same model instead (a format that holds only tensors)"
+        ) from None
+
+
 def from_pretrained(
     name_or_dir: str | os.PathLike = "gpt2",
     *,
@@ -451,7 +469,9 @@ def from_pretrained(
     path = Path(name).expanduser()
     if path.is_dir():
         check_local_dir(path, GPT2_REPO_ID)
-        hf_model = _model_class(path).from_pretrained(path, local_files_only=True)
+        cls = _model_class(path)
+        with _pickles_refused(path):
+            hf_model = cls.from_pretrained(path, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"
@@ -469,7 +489,8 @@ def from_pretrained(
         if local_files_only is not None:
             kwargs["local_files_only"] = local_files_only
         try:
-            hf_model = cls.from_pretrained(repo_id, **kwargs)
+            with _pickles_refused(repo_id):
+                hf_model = cls.from_pretrained(repo_id, **kwargs)
         except OSError as err:  # transformers reports missing files and network errors this way
             size = " (about 0.5 GB for the 124M GPT-2)" if repo_id == GPT2_REPO_ID else ""
             if not gpt2:  # gptlib's tokenizers are tiktoken's: a Llama brings its own

@@ -28,6 +28,8 @@ LAYERS = {
     "gptlib.loss": 0,
     "gptlib.notebook": 0,
     "gptlib.model": 1,
+    "gptlib.integrity": 1,  # checksums and field checks of checkpoint contents
+    "gptlib.memory": 1.5,  # memory estimates (uses the model on the meta device)
     "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
     "gptlib.hf_common": 2,  # what the two Hugging Face bridges share
