@@ -36,9 +36,11 @@ from gptlib.integrity import (
     digest_problem,
     first_problem,
     refused_pickle,
+    tensor_bytes,
     tensor_digest,
 )
 from gptlib.model import GPT
+from gptlib.rundir import disk_full_error
 from gptlib.tokenizer import Vocabulary
 
 FORMAT = "gptlib-checkpoint"
@@ -133,7 +135,13 @@ def save_checkpoint(
     _check_plain(payload["extra"], "extra")
     _check_plain(payload["train_config"], "train_config")
     payload[DIGEST_KEY] = {"sha256": tensor_digest(payload)}  # checked again by read_checkpoint
-    return atomic_write(path, lambda f: torch.save(payload, f))
+    try:
+        return atomic_write(path, lambda f: torch.save(payload, f))
+    except (OSError, RuntimeError) as err:  # a full disk shows up as either
+        full = disk_full_error(err, path, tensor_bytes(payload) + (1 << 16))
+        if full is None:
+            raise
+        raise full from None
 
 
 # --------------------------------------------------------------------------------------------

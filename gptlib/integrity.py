@@ -62,6 +62,11 @@ def tensor_digest(payload: dict) -> str:
     return h.hexdigest()
 
 
+def tensor_bytes(payload: dict) -> int:
+    """How many bytes the tensors of a checkpoint's payload take."""
+    return sum(t.numel() * t.element_size() for _, t in _tensors(payload, ""))
+
+
 def digest_problem(raw: dict) -> str | None:
     """Why the stored checksum does not match the tensors (None: it matches, or none is stored)."""
     stored = raw.get(DIGEST_KEY)

@@ -27,6 +27,7 @@ LAYERS = {
     "gptlib.distributed": 0,
     "gptlib.loss": 0,
     "gptlib.notebook": 0,
+    "gptlib.rundir": 0,  # the output folder: writable, locked, tidy
     "gptlib.model": 1,
     "gptlib.integrity": 1,  # checksums and field checks of checkpoint contents
     "gptlib.memory": 1.5,  # memory estimates (uses the model on the meta device)

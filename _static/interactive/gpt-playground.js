@@ -227,7 +227,7 @@
         const names = [...new Set(unknown.map((t) => `“${t.text}” (cl100k id ${t.cl100k})`))];
         this.showMessage(
           `The model has never seen ${names.length === 1 ? "this token" : "these tokens"}: ${names.join(", ")}. ` +
-            "Its vocabulary is only the tokens of the sales textbook it was trained on, so it has no " +
+            `Its vocabulary is only the tokens of ${global.gptWebModel.corpus || "the text"} it was trained on, so it has no ` +
             "vector for them (chapter 10). Rephrase the prompt without them.",
         );
       } else {
