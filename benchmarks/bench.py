@@ -9,7 +9,9 @@ the same torch threads):
   to the *same architecture* (tied embeddings, no biases, learned positions, GELU, no embedding
   scale), each with its own optimizer set-up: nanoGPT's ``configure_optimizers`` and gradient
   clipping as its ``train.py`` does, gptlib's :func:`gptlib.train.make_optimizer` and
-  :func:`gptlib.train.train_step`, with :class:`gptlib.train.TrainConfig`'s defaults for both;
+  :func:`gptlib.train.train_step` through :mod:`gptlib.fast`, as :func:`gptlib.train.train` runs
+  it, with :class:`gptlib.train.TrainConfig`'s defaults for both (``--decompose`` adds gptlib
+  without :mod:`gptlib.fast`, and gptlib's model with nanoGPT's own step);
 * the reference article's ``TransformerLanguageModel`` (``--article PATH``; the file is a script:
   only its imports, constant assignments and definitions are run, see :func:`load_article`) with
   its default ``AdamW``, and gptlib's book model (``GPTConfig()``'s defaults);
@@ -171,6 +173,9 @@ def nanogpt_config(nanogpt: ModuleType, vocab_size: int = FULL_VOCAB):
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # x, y: (B, T) each
 NANOGPT, ARTICLE = "nanoGPT GPT", "article's model"  # the peers' rows
+# --decompose: gptlib at nanoGPT's architecture without gptlib.fast, and with nanoGPT's own step
+NANO_ARCH_BOOK = "gptlib nanoGPT-arch, book step"
+NANO_ARCH_PLAIN = "gptlib nanoGPT-arch, nanoGPT's step"
 
 
 @dataclass
@@ -183,16 +188,35 @@ class Candidate:
     val_loss: Callable[[torch.Tensor, torch.Tensor], float]
 
 
-def gptlib_candidate(name: str, config: GPTConfig, seed: int = 0) -> Candidate:
+def gptlib_candidate(name: str, config: GPTConfig, seed: int = 0, fast: bool = True) -> Candidate:
+    """gptlib's model and step as :func:`gptlib.train.train` runs them (``fast``: through
+    :mod:`gptlib.fast`; False: the book's step, ``F.cross_entropy`` and ``clip_grad_norm_``)."""
     torch.manual_seed(seed)
     model = GPT(config)
-    train = TrainConfig(learning_rate=LR, device="cpu")  # defaults: wd 0.1, clip 1.0
+    train = TrainConfig(learning_rate=LR, device="cpu", fast=fast)  # defaults: wd 0.1, clip 1.0
     optimizer = make_optimizer(model, train)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
-        return train_step(model, optimizer, x, y, grad_clip=train.grad_clip)
+        return train_step(model, optimizer, x, y, grad_clip=train.grad_clip, fast=train.fast)
 
-    return Candidate(name, model, step, lambda x, y: model(x, y, return_logits=False)[1].item())
+    return Candidate(name, model, step, _plain_val(model))
+
+
+def gptlib_with_nanogpts_step(seed: int = 0) -> Candidate:
+    """gptlib's model at nanoGPT's architecture, trained exactly as nanoGPT's row: the same
+    AdamW set-up (two groups, not fused on a CPU), ``clip_grad_norm_`` and ``F.cross_entropy``.
+    Against nanoGPT's row this measures the models alone."""
+    torch.manual_seed(seed)
+    model = GPT(nanogpt_arch_config())
+    train = TrainConfig(learning_rate=LR)
+    params = list(model.parameters())
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=LR, betas=(train.beta1, train.beta2))
+    return Candidate(NANO_ARCH_PLAIN, model, _plain_step(model, optimizer, train.grad_clip),
+                     _plain_val(model))  # fmt: skip
 
 
 def nanogpt_candidate(nanogpt: ModuleType, seed: int = 0) -> Candidate:
@@ -368,6 +392,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--ttq-budget", type=float, default=150.0, help="training seconds per model (0: skip)"
     )
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate")
+    parser.add_argument("--decompose", action="store_true",
+        help="two more rows at nanoGPT's architecture: gptlib's book step (no gptlib.fast), and "
+             "gptlib's model with nanoGPT's optimizer set-up (the models alone)")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
         help="a smoke run in a few minutes: --steps 4 --rounds 2 --target 9 --ttq-budget 20 "
              "--new-tokens 64; ratios are noisy")  # fmt: skip
@@ -385,6 +412,9 @@ def _load() -> str:
 def build_candidates(args: argparse.Namespace, quiet: bool = False) -> list[Candidate]:
     """gptlib's rows always; a peer's row when its file is given and loads (else say why not)."""
     cands = [gptlib_candidate(NANO_ARCH, nanogpt_arch_config())]
+    if getattr(args, "decompose", False):
+        cands.append(gptlib_candidate(NANO_ARCH_BOOK, nanogpt_arch_config(), fast=False))
+        cands.append(gptlib_with_nanogpts_step())
     for which, how in (("nanogpt", NANOGPT_HOW), ("article", ARTICLE_HOW)):
         if which == "article":  # the book models, then the article's next to them
             cands.append(gptlib_candidate(BOOK, GPTConfig()))
@@ -416,12 +446,14 @@ def print_training(cands: list[Candidate], per_round: dict[str, list[float]]) ->
               f"{best * BATCH * CONTEXT:10,.0f}")  # fmt: skip
     pairs = [
         (NANO_ARCH, NANOGPT, TARGETS["nanogpt"]),
+        (NANO_ARCH_BOOK, NANOGPT, None),
+        (NANO_ARCH_PLAIN, NANOGPT, None),
         (BOOK, ARTICLE, TARGETS["article"]),
         (BOOK_FUSED, ARTICLE, None),
     ]
     print("\nratios of iterations/s (best of rounds; median of rounds in brackets)")
     for mine, theirs, target in pairs:
-        if theirs not in per_round:
+        if theirs not in per_round or mine not in per_round:
             continue
         best = min(per_round[theirs]) / min(per_round[mine])
         median = statistics.median(per_round[theirs]) / statistics.median(per_round[mine])

@@ -3,15 +3,15 @@
 Times one forward + backward of the output layer and the loss, for hidden (N, C) and weight
 (V, C), two ways, in interleaved rounds (best of each):
 
-* plain: ``gptlib.loss.cross_entropy(F.linear(h, W), t)``, which holds the (N, V) logits and
+* plain: ``gptlib.fast.cross_entropy(F.linear(h, W), t)``, which holds the (N, V) logits and
   their gradient;
-* fused: gptlib.loss's ``_LinearCrossEntropy``, a block of vocabulary columns at a time.
+* fused: gptlib.fast's ``_LinearCrossEntropy``, a block of vocabulary columns at a time.
 
 It prints the milliseconds and the ratio for each (N, V), and the smallest V from which the fused
 path is faster at every N measured. ``--step`` measures instead what the choice does to a whole
 training step (:func:`gptlib.train.train_step`, book shape, nanoGPT's architecture: tied
 embeddings) for each V, with the fused path forced on and off in turn. Both are the measurement
-behind ``gptlib.loss.FUSED_MIN_VOCAB``.
+behind ``gptlib.fast.FUSED_MIN_VOCAB``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib import loss
+from gptlib import fast as loss
 from gptlib.data import get_batch
-from gptlib.loss import _LinearCrossEntropy, cross_entropy
+from gptlib.fast import _LinearCrossEntropy, cross_entropy
 
 VOCABS = (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 100_070)
 ROWS = (64, 768)  # the book's batch 4 x context 16, and batch 12 x context 64

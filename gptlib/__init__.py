@@ -1,22 +1,24 @@
 """gptlib: the library behind the book. Each module holds one step of the pipeline.
 
 Imports flow one way (tests/test_structure.py checks it): ``config`` -> ``model`` ->
-``checkpoint`` / ``hf`` -> ``train`` / ``generate``, each command's ``main`` at the end of its
-module. This package re-exports the everyday names; ``KVCache`` is looked up in
-:mod:`gptlib.generate` only when asked for, so ``python -m gptlib.generate`` runs that module once.
+``checkpoint`` / ``hf`` / ``fast`` -> ``train`` / ``generate`` -> ``commands`` (the command
+lines). This package re-exports the everyday names of the lower layers; it imports neither the
+training loop nor the commands, so ``python -m gptlib.train`` and ``python -m gptlib.generate``
+run their modules once.
 """
 
 from gptlib.data import (
     CORPORA,
     ChecksumError,
     CorpusUnavailableError,
-    atomic_write_bytes,
     data_dir,
     download,
     get_batch,
     load_corpus,
     train_val_split,
 )
+from gptlib.files import atomic_write_bytes
+from gptlib.kv_cache import KVCache
 from gptlib.model import (
     GPT,
     FeedForward,
@@ -45,14 +47,6 @@ from gptlib.tokenizer import (
 )
 
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str):
-    if name == "KVCache":  # generation's cache; see the module docstring for why it is lazy
-        from gptlib.generate import KVCache
-
-        return KVCache
-    raise AttributeError(f"module 'gptlib' has no attribute {name!r}")
 
 
 __all__ = [

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from gptlib.config import GPTConfig, TrainConfig
-from gptlib.data import atomic_write
+from gptlib.distributed import unwrap
+from gptlib.files import atomic_write
 from gptlib.integrity import (
     DIGEST_KEY,
     digest_problem,
@@ -64,13 +65,6 @@ class Checkpoint:
     step: int
     optimizer_state: dict | None
     extra: dict = field(default_factory=dict)  # RNG states, history, encoding name, ...
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,10 +221,18 @@ def _torch_load(path: Path, map_location: Any) -> Any:
         ) from None
 
 
+def migrate_model_config(data: dict) -> dict:
+    """A model_config dict written by an older gptlib, completed for today's fields: a config
+    from before ``scale_embeddings`` existed did not scale the token embeddings."""
+    return {"scale_embeddings": False, **data}
+
+
 def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfig:
-    """Rebuild a :class:`GPTConfig`, turning bad or unknown fields into a CheckpointError."""
+    """Rebuild a :class:`GPTConfig` (migrated from older names, see
+    :func:`migrate_model_config`), turning bad or unknown fields into a CheckpointError."""
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: model_config is not a dict, got {type(data).__name__}")
+    data = migrate_model_config(data)
     known = {f.name for f in fields(GPTConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -238,7 +240,6 @@ def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfi
             f"{path}: model_config has fields this gptlib does not know: {unknown}; "
             "it was probably written by a newer gptlib"
         )
-    data = {"scale_embeddings": False, **data}  # written before the field existed: no scaling
     try:
         return GPTConfig(**data)
     except (TypeError, ValueError) as err:

@@ -2,18 +2,20 @@
 
 This is the one place that defines each of them. ``GPTConfig()`` with its defaults *is* the
 book's running example (chapters 2-8 build it piece by piece); every allowed value of a switch is
-written once, here, and the command line (:mod:`gptlib.cli`) builds its options from these
-fields. :func:`resolve_device` turns a device name such as ``"auto"`` into a ``torch.device``.
+written once, here, and so is every field's help text (in the field's ``metadata``): the command
+lines (:mod:`gptlib.commands`) build their options from these fields. :func:`resolve_device` turns
+a device name such as ``"auto"`` into a ``torch.device``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import torch
 
-NORMS = ("pre", "post")  # where LayerNorm sits relative to the residual add (chapter 8)
+NORMS = ("pre", "post")  # where the norm sits relative to the residual add (chapter 8)
 NORM_TYPES = ("layernorm", "rmsnorm")  # LayerNorm (chapter 8) or RMSNorm (chapter 13)
 # a fixed sin/cos table added to the tokens (chapter 3), a trained table, or rotary position
 # embeddings that turn queries and keys inside attention (chapter 13)
@@ -34,38 +36,48 @@ def _positive_ints(obj: object, names: tuple[str, ...], minimum: int = 1) -> lis
     return problems
 
 
-def _choices(obj: object, allowed: dict[str, tuple[str, ...]]) -> list[str]:
+def _choices(obj: object) -> list[str]:
+    """One problem per field whose value is not among its ``choices`` (see :func:`option`)."""
     return [
-        f"{name} must be one of {values}, got {getattr(obj, name)!r}"
-        for name, values in allowed.items()
-        if getattr(obj, name) not in values
+        f"{f.name} must be one of {f.metadata['choices']}, got {getattr(obj, f.name)!r}"
+        for f in fields(obj)  # type: ignore[arg-type]
+        if "choices" in f.metadata and getattr(obj, f.name) not in f.metadata["choices"]
     ]
+
+
+def option(default: Any, help: str, **more: Any) -> Any:
+    """A dataclass field with its description, the one place a field is described: its help
+    text, and in ``more`` its allowed values (``choices``) or a command-line ``flag`` name that
+    differs from the field's."""
+    return field(default=default, metadata={"help": help, **more})
 
 
 @dataclass
 class GPTConfig:
     """Every size and switch of the model. The defaults are the book's running example."""
 
-    vocab_size: int = 100_070  # rows of the embedding table: largest cl100k id in the book + 1
-    context_length: int = 16  # T: the most tokens the model looks at
-    d_model: int = 64  # C: width of every token vector
-    n_heads: int = 4  # H: attention heads; head size is d_model // n_heads
-    n_blocks: int = 8  # transformer blocks stacked on top of each other
-    ffn_mult: int = 4  # feed-forward hidden width = ffn_mult * d_model (see d_ff)
-    ffn_hidden: int = 0  # 0: the width follows from ffn_mult; else the exact hidden width
-    n_kv_heads: int = 0  # heads of keys and values: 0 = n_heads; fewer = grouped-query attention
-    dropout: float = 0.1
-    norm: str = "pre"  # one of NORMS
-    norm_type: str = "layernorm"  # one of NORM_TYPES
-    positions: str = "sinusoidal"  # one of POSITIONS
-    rope_base: float = 10_000.0  # RoPE's base: pair i turns by position * base^(-2i/head_size)
-    scale_embeddings: bool = True  # token embeddings times sqrt(d_model), as in the 2017 paper
-    activation: str = "relu"  # one of ACTIVATIONS
-    bias: bool = True  # biases in Linear and LayerNorm layers
-    tie_embeddings: bool = False  # share the token embedding with the output projection
-    final_norm: bool = True  # a LayerNorm after the last block (needed with pre-LN)
-    layer_norm_eps: float = 1e-5  # the epsilon of LayerNorm or RMSNorm
-    fused_attention: bool = False  # F.scaled_dot_product_attention instead of the book's steps
+    vocab_size: int = option(100_070, "rows of the embedding table (largest id + 1)")
+    context_length: int = option(16, "T: the most tokens the model sees")
+    d_model: int = option(64, "C: width of every token vector")
+    n_heads: int = option(4, "H: attention heads; must divide d_model")
+    n_blocks: int = option(8, "transformer blocks stacked on top of each other")
+    ffn_mult: int = option(4, "feed-forward hidden width = ffn_mult * d_model (see d_ff)")
+    ffn_hidden: int = option(0, "exact feed-forward hidden width; 0: from ffn_mult")
+    n_kv_heads: int = option(0, "heads of keys and values (grouped-query); 0: n_heads")
+    dropout: float = option(0.1, "dropout rate (training only)")
+    norm: str = option("pre", "where the norm sits: before or after each sub-layer", choices=NORMS)
+    norm_type: str = option("layernorm", "LayerNorm or RMSNorm (chapter 13)", choices=NORM_TYPES)
+    positions: str = option("sinusoidal", "position encoding (rope: chapter 13)", choices=POSITIONS)
+    rope_base: float = option(10_000.0, "RoPE base: pair i turns by pos * base^(-2i/head_size)")
+    scale_embeddings: bool = option(True, "token embeddings times sqrt(d_model) (chapter 3)")
+    activation: str = option(
+        "relu", "feed-forward activation (swiglu: ch. 13)", choices=ACTIVATIONS
+    )
+    bias: bool = option(True, "biases in Linear and LayerNorm layers")
+    tie_embeddings: bool = option(False, "share the token embedding with the output layer")
+    final_norm: bool = option(True, "a norm after the last block (needed with pre-norm)")
+    layer_norm_eps: float = option(1e-5, "the epsilon of LayerNorm or RMSNorm")
+    fused_attention: bool = option(False, "F.scaled_dot_product_attention, not the book's steps")
 
     def __post_init__(self) -> None:
         sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult")
@@ -75,8 +87,7 @@ class GPTConfig:
             problems += self._head_problems()
         if not 0.0 <= self.dropout < 1.0:
             problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        allowed = {"norm": NORMS, "norm_type": NORM_TYPES, "positions": POSITIONS}
-        problems += _choices(self, allowed | {"activation": ACTIVATIONS})
+        problems += _choices(self)
         if self.positions == "sinusoidal" and not problems and self.d_model % 2:
             problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.positions == "rope" and not problems and self.head_size % 2:
@@ -116,8 +127,9 @@ class GPTConfig:
 
     @property
     def d_ff(self) -> int:
-        """The feed-forward hidden width. SwiGLU has three matrices instead of two, so by default
-        its width is 2/3 of ffn_mult * d_model, which keeps the parameter count (chapter 13)."""
+        """The feed-forward hidden width: ffn_hidden when set, else ffn_mult * d_model. SwiGLU has
+        three matrices instead of two, so by default its width is 2/3 of that, which keeps the
+        parameter count (chapter 13)."""
         if self.ffn_hidden:
             return self.ffn_hidden
         if self.activation == "swiglu":
@@ -132,22 +144,25 @@ class GPTConfig:
 class TrainConfig:
     """Every knob of a training run (chapter 10). Defaults suit the book's small model on a CPU."""
 
-    batch_size: int = 4
-    max_iters: int = 2000  # optimizer steps in the whole run (the schedule's horizon)
-    learning_rate: float = 1e-3
-    warmup_iters: int = 0  # linear warm-up steps
-    lr_schedule: str = "constant"  # one of LR_SCHEDULES (cosine decays to min_lr at max_iters)
-    min_lr: float = 1e-4
-    weight_decay: float = 0.1  # applied to weight matrices and embeddings, not biases or norms
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables
-    eval_interval: int = 100  # estimate the losses every this many steps (and at the last)
-    eval_iters: int = 20  # batches per loss estimate
-    seed: int = 1337
-    device: str = "auto"  # "auto" = cuda > mps > cpu, or an explicit device string
-    autocast_bf16: bool = True  # bf16 autocast, used only on CUDA
-    checkpoint_interval: int = 0  # 0 = save only at the end (when a checkpoint path is given)
+    batch_size: int = option(4, "windows per step, per process")
+    max_iters: int = option(2000, "optimizer steps in the whole run (the schedule's horizon)")
+    learning_rate: float = option(1e-3, "peak learning rate", flag="--lr")
+    warmup_iters: int = option(0, "linear warm-up steps")
+    lr_schedule: str = option(
+        "constant", "cosine decays to min_lr at max_iters", choices=LR_SCHEDULES
+    )
+    min_lr: float = option(1e-4, "the learning rate at the end of the cosine")
+    weight_decay: float = option(0.1, "AdamW decay of weight matrices and embeddings")
+    beta1: float = option(0.9, "AdamW beta1")
+    beta2: float = option(0.95, "AdamW beta2")
+    grad_clip: float = option(1.0, "max global gradient norm; 0 disables clipping")
+    eval_interval: int = option(100, "estimate the losses every this many steps (and at the last)")
+    eval_iters: int = option(20, "batches per loss estimate")
+    seed: int = option(1337, "seeds the weights, the batches and dropout")
+    device: str = option("auto", "auto (cuda > mps > cpu), cpu, cuda[:N] or mps")
+    autocast_bf16: bool = option(True, "bf16 autocast, used only on CUDA", flag="--no-bf16")
+    checkpoint_interval: int = option(0, "also save every this many steps (0: only at the end)")
+    fast: bool = option(True, "gptlib.fast's speed paths: the same maths, faster on a CPU")
 
     def __post_init__(self) -> None:
         problems = _positive_ints(self, ("batch_size", "max_iters", "eval_interval", "eval_iters"))
@@ -156,7 +171,7 @@ class TrainConfig:
             problems.append(f"seed must be an integer, got {self.seed!r}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             problems.append(f"learning_rate must be a positive number, got {self.learning_rate}")
-        problems += _choices(self, {"lr_schedule": LR_SCHEDULES})
+        problems += _choices(self)
         if not (math.isfinite(self.min_lr) and self.min_lr >= 0):
             problems.append(f"min_lr must be >= 0, got {self.min_lr}")
         elif self.lr_schedule == "cosine" and self.min_lr > self.learning_rate:

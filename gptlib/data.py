@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import secrets
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
 from tqdm.auto import tqdm
+
+from gptlib.checks import check_window_fits
+from gptlib.files import atomic_write, sha256_of
 
 
 @dataclass(frozen=True)
@@ -58,58 +59,6 @@ def data_dir() -> Path:
     """The cache folder for downloaded corpora (``$GPTLIB_DATA_DIR`` or ``~/.cache/gptlib``)."""
     env = os.environ.get("GPTLIB_DATA_DIR")
     return Path(env) if env else Path.home() / ".cache" / "gptlib"
-
-
-def sha256_of(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(file)`` on a temporary file next to ``path``, then rename it to ``path``.
-
-    Readers see the old file or the complete new one, never a part: the temporary file is flushed
-    to disk (``fsync``) before :func:`os.replace` (atomic within a file system) puts it in place,
-    the folder is then synced so that the rename itself survives a crash, and the temporary file
-    is removed if anything fails. Permissions follow the umask, like a plain ``open``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename durable (best effort: not every platform can open a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never
-    half (see :func:`atomic_write`)."""
-    return atomic_write(path, lambda f: f.write(data))
 
 
 DEFAULT_MAX_BYTES = 1 << 30  # a download of unknown size stops at 1 GiB unless told otherwise
@@ -252,15 +201,17 @@ def train_val_split(
     return data[:n_train], data[n_train:]
 
 
-def as_generator(seed_or_generator: int | torch.Generator | None) -> torch.Generator:
-    """A ``torch.Generator`` from a seed, an existing generator (returned as is) or None (fresh)."""
-    if isinstance(seed_or_generator, torch.Generator):
-        return seed_or_generator
-    g = torch.Generator()
-    if seed_or_generator is None:
+def seeded_generator(
+    seed: int | None = None, device: str | torch.device | None = None
+) -> torch.Generator:
+    """A ``torch.Generator`` (on ``device``) seeded with ``seed``, or from fresh entropy when
+    ``seed`` is None. Sampling batches and tokens draws from such a generator, never from
+    PyTorch's global one."""
+    g = torch.Generator() if device is None else torch.Generator(device=device)
+    if seed is None:
         g.seed()
     else:
-        g.manual_seed(int(seed_or_generator))
+        g.manual_seed(int(seed))
     return g
 
 
@@ -268,14 +219,16 @@ def get_batch(
     data: torch.Tensor,
     batch_size: int,
     context_length: int,
-    generator: int | torch.Generator | None = None,
+    *,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
     device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``batch_size`` random windows from a 1-D token stream.
+    """Sample ``batch_size`` random windows from a 1-D token stream (chapter 1).
 
     Returns ``x`` and ``y``, both ``(batch_size, context_length)``, where ``y`` is ``x`` shifted
     one token to the left: ``y[b, t]`` is the token that follows ``x[b, t]`` in the text. Pass a
-    seed or a ``torch.Generator`` to make the draw reproducible.
+    ``seed`` for a reproducible draw, or a ``generator`` to continue a stream of draws.
     """
     if data.dim() != 1:
         raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
@@ -283,12 +236,12 @@ def get_batch(
         raise ValueError(
             f"batch_size and context_length must be positive, got {batch_size}, {context_length}"
         )
-    if len(data) < context_length + 1:
-        raise ValueError(
-            f"the data has {len(data)} tokens, but one training window needs context_length + 1 = "
-            f"{context_length + 1}; use more text or a shorter context_length"
-        )
-    g = as_generator(generator)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {generator!r}; pass seed=...")
+    if seed is not None and generator is not None:
+        raise ValueError("pass a seed or a generator, not both")
+    check_window_fits(len(data), context_length)
+    g = generator if generator is not None else seeded_generator(seed)
     starts = torch.randint(len(data) - context_length, (batch_size,), generator=g)  # (B,)
     offsets = torch.arange(context_length)  # (T,)
     x = data[starts[:, None] + offsets]  # (B, T)

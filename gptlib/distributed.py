@@ -96,6 +96,13 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module):
+        model = model.module
+    return model
+
+
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     """DistributedDataParallel around ``model`` when several processes train, else ``model``.
 

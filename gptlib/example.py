@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from gptlib.config import TrainConfig
 from gptlib.data import get_batch, load_corpus, train_val_split
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
@@ -24,6 +25,22 @@ N_HEADS = BOOK_MODEL.n_heads  # 4
 N_BLOCKS = BOOK_MODEL.n_blocks  # 8
 BATCH_SEED = 1337  # seeds the draw of the example batch
 MODEL_SEED = 0  # seeds the example model's random weights
+# chapter 10's training run of the book's model (compact vocabulary, CPU); chapter 13's ablation
+# (tools/modern_ablation.py) trains every variant with the same settings
+TRAINING_RUN = TrainConfig(
+    batch_size=32,
+    max_iters=2500,
+    learning_rate=2e-3,
+    warmup_iters=100,
+    lr_schedule="cosine",
+    min_lr=2e-4,
+    weight_decay=0.1,
+    grad_clip=1.0,
+    eval_interval=250,
+    eval_iters=20,
+    seed=1337,
+    device="cpu",
+)
 
 
 @dataclass
@@ -65,6 +82,6 @@ def running_example(seed: int = BATCH_SEED) -> RunningExample:
     tokenizer = Tokenizer("cl100k_base")
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train, val = train_val_split(ids, 0.1)
-    x, y = get_batch(train, BATCH_SIZE, CONTEXT_LENGTH, generator=seed)
+    x, y = get_batch(train, BATCH_SIZE, CONTEXT_LENGTH, seed=seed)
     config = book_config(vocab_size=int(ids.max()) + 1)
     return RunningExample(text, tokenizer, ids, train, val, x, y, config)

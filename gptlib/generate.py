@@ -1,16 +1,9 @@
-"""Text generation (chapter 11): one token at a time, with a KV cache, and its command line.
+"""Text generation (chapter 11): one token at a time, with a KV cache (:mod:`gptlib.kv_cache`).
 
 Generation repeats one step: run the model on the tokens so far, take the logits of the last
 position, turn them into a choice (greedy argmax at temperature 0, otherwise a sample from the
 softmax of ``logits / temperature``, optionally restricted to the ``top_k`` most likely tokens),
 and append it.
-
-**The KV cache.** Without a cache every step runs the whole window again, although the keys and
-values of the earlier tokens are the same as in the previous step (causal attention: a token never
-looks at later ones). With a :class:`KVCache` the model keeps them and each step only feeds the
-one new token, at position ``cache.length``. The model knows nothing of this class: it asks the
-cache for one view per block (``cache.layer(i)``), whose ``update(k, v)`` stores the new keys and
-values and returns all of them so far.
 
 **Sliding past the context, exactly.** The no-cache path always feeds the last
 ``context_length`` tokens at positions ``0..T-1``. Once the sequence is longer than the context,
@@ -18,129 +11,26 @@ the window slides by one token per step: every token's position changes and the 
 out, so *every* cached key and value (which depend on the positions and, from the second block on,
 on the dropped token) becomes stale. Rotary positions (chapter 13) do not change this: their
 scores depend only on distances, but from the second block on the keys still remember the dropped
-token. There is no cheaper exact
-update, so this module re-runs the full window (as the no-cache path does) for every step after
-the window is full. Up to the context length the cache saves most of the work; past it the two
-paths cost the same and give the same tokens. (A cache that refilled only every few steps would
-be faster but would no longer match the no-cache model.)
+token. There is no cheaper exact update, so this module re-runs the full window (as the no-cache
+path does) for every step after the window is full. Up to the context length the cache saves most
+of the work; past it the two paths cost the same and give the same tokens. (A cache that refilled
+only every few steps would be faster but would no longer match the no-cache model.)
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
 import torch
 
-from gptlib.checkpoint import CheckpointError, load_checkpoint, unwrap
-from gptlib.cli import OneLineParser, float_arg, int_arg, usage_error
-from gptlib.config import resolve_device
-from gptlib.model import GPT, check_token_ids
-from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError
+from gptlib.checks import check_token_ids
+from gptlib.data import seeded_generator
+from gptlib.distributed import unwrap
+from gptlib.kv_cache import KVCache
+from gptlib.model import GPT
 
-# --------------------------------------------------------------------------------------------
-# The KV cache
-# --------------------------------------------------------------------------------------------
-
-
-class KVCache:
-    """Keys and values of the tokens seen so far, kept between generation steps (chapter 11).
-
-    Every block gets a pair of buffers, keys and values of shape (B, H, capacity, hs), allocated
-    when the block first writes to them and doubled in size when they fill up (at most to
-    ``max_length``, usually the model's context length). A step writes the new tokens' keys and
-    values *in place* after the cached ones, so it copies only the new positions instead of
-    re-concatenating the whole history. ``length`` is how many positions are cached: the next
-    token fed to the model gets position ``length``.
-    """
-
-    def __init__(self, max_length: int | None = None) -> None:
-        self.max_length = max_length
-        self._keys: list[torch.Tensor] = []  # per block: (B, H, capacity, hs)
-        self._values: list[torch.Tensor] = []
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        """Positions the buffers can hold before they grow (0 before the first write)."""
-        return self._keys[0].shape[-2] if self._keys else 0
-
-    @property
-    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each block's cached (keys, values), views of shape (B, H, length, hs)."""
-        n = self.length
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self._keys, self._values, strict=True)]
-
-    def layer(self, i: int) -> _LayerView:
-        """Block ``i``'s view of the cache, the object its attention layer calls ``update`` on."""
-        return _LayerView(self, i)
-
-    def extend(
-        self, layer: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write block ``layer``'s new keys/values (B, H, T, hs) at positions length..length+T-1
-        and return all of its keys/values so far, (B, H, length + T, hs) views.
-
-        ``length`` does not change here: the model calls :meth:`advance` once every block has
-        written its share.
-        """
-        if layer > len(self._keys):
-            raise ValueError(f"blocks write in order: block {layer} came before {len(self._keys)}")
-        if layer == len(self._keys):  # the block's first write: empty buffers, grown below
-            self._keys.append(k.new_empty(*k.shape[:2], 0, k.shape[-1]))
-            self._values.append(v.new_empty(*v.shape[:2], 0, v.shape[-1]))
-        if self._keys[layer].shape[:2] != k.shape[:2]:
-            raise ValueError(
-                f"this cache holds (batch, heads) = {tuple(self._keys[layer].shape[:2])}, got "
-                f"keys for {tuple(k.shape[:2])}; use a new KVCache (or reset() it) for another "
-                "batch"
-            )
-        start, end = self.length, self.length + k.shape[-2]
-        if self._keys[layer].shape[-2] < end:
-            self._grow(layer, end)
-        keys, values = self._keys[layer], self._values[layer]
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def _grow(self, layer: int, end: int) -> None:
-        """Double block ``layer``'s buffers (at least to ``end`` and 16, at most max_length)."""
-        old_k, old_v = self._keys[layer], self._values[layer]
-        capacity = max(end, 16, 2 * old_k.shape[-2])
-        if self.max_length is not None:
-            capacity = max(end, min(capacity, self.max_length))
-        keys = old_k.new_empty(*old_k.shape[:2], capacity, old_k.shape[-1])
-        values = old_v.new_empty(*old_v.shape[:2], capacity, old_v.shape[-1])
-        keys[:, :, : self.length] = old_k[:, :, : self.length]  # keep what is cached
-        values[:, :, : self.length] = old_v[:, :, : self.length]
-        self._keys[layer], self._values[layer] = keys, values
-
-    def advance(self, T: int) -> None:
-        """Count ``T`` more cached positions (after every block has called :meth:`extend`)."""
-        self.length += T
-
-    def reset(self) -> None:
-        """Forget everything: the next token gets position 0 (the buffers are released)."""
-        self._keys.clear()
-        self._values.clear()
-        self.length = 0
-
-
-class _LayerView:
-    """One block's handle on a :class:`KVCache` (what the model's attention layer sees)."""
-
-    def __init__(self, cache: KVCache, layer: int) -> None:
-        self.cache, self.index = cache, layer
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new keys/values (B, H, T, hs); return all of them so far (B, H, T_all, hs)."""
-        return self.cache.extend(self.index, k, v)
-
-
-# --------------------------------------------------------------------------------------------
-# Generation
-# --------------------------------------------------------------------------------------------
+__all__ = ["KVCache", "check_options", "generate", "next_token_logits", "sample_next"]
 
 
 def next_token_logits(model: GPT, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -262,11 +152,7 @@ def _generate(
     B, T0 = idx.shape
     out = torch.empty(B, T0 + max_new_tokens, dtype=torch.long, device=device)  # (B, T0 + new)
     out[:, :T0] = idx.to(device)
-    generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(int(seed))
+    generator = seeded_generator(seed, device)
 
     was_training = model.training
     model.eval()
@@ -291,88 +177,7 @@ def _generate(
     return out[0] if one_d else out
 
 
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # ``python -m gptlib.generate``: the command lives in gptlib.commands
+    from gptlib.commands.generate import main
 
-
-def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
-    """Decode ids to text; an id the encoding cannot decode (a gap between its ordinary and
-    special tokens, which a full-size model could in principle sample) becomes U+FFFD."""
-    try:
-        return tokenizer.decode(ids)
-    except KeyError:  # also UnknownTokenError
-        parts = []
-        for i in ids:
-            try:
-                parts.append(tokenizer.decode([i]))
-            except KeyError:
-                parts.append("\ufffd")
-        return "".join(parts)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m gptlib.generate",
-        description="Generate text from a checkpoint written by python -m gptlib.train.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("checkpoint", help="checkpoint file, or the training output folder")
-    p.add_argument("--prompt", "-p", default="\n", help="text to continue")
-    p.add_argument(
-        "--max-new-tokens", "--length", "-n", dest="max_new_tokens", type=int_arg,
-        default=100, help="how many tokens to generate",
-    )  # fmt: skip
-    p.add_argument(
-        "--temperature", "-t", type=float_arg, default=0.8,
-        help="0 = greedy; lower = safer, higher = more varied",
-    )  # fmt: skip
-    p.add_argument("--top-k", "-k", type=int_arg, default=None, help="sample among k best")
-    p.add_argument("--seed", type=int_arg, default=None, help="makes sampling reproducible")
-    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda[:N], mps")
-    p.add_argument("--no-cache", action="store_true", help="do not use the KV cache (slower)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gptlib.generate``: returns the exit status (0 ok, 1 failure, 2 bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.prompt == "":
-        parser.error("argument --prompt: the prompt is empty; give at least one character")
-    try:
-        check_options(args.max_new_tokens, args.temperature, args.top_k)
-    except ValueError as err:
-        parser.error(str(err))
-    try:
-        device = resolve_device(args.device)
-    except ValueError as err:
-        parser.error(f"argument --device: {err}")
-    try:
-        ckpt = load_checkpoint(args.checkpoint, map_location=device)
-        tokenizer = Tokenizer(ckpt.extra.get("encoding") or "cl100k_base", ckpt.vocab)
-        try:
-            prompt = tokenizer.encode(args.prompt)
-        except UnknownTokenError as err:
-            return usage_error(parser.prog, f"the model cannot read this prompt: {err}")
-        if not prompt:
-            return usage_error(parser.prog, "the prompt encodes to no tokens")
-        try:  # generate checks that the prompt's ids fit the model
-            ids = generate(
-                ckpt.model, prompt, args.max_new_tokens, temperature=args.temperature,
-                top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache,
-            )  # fmt: skip
-        except ValueError as err:
-            return usage_error(parser.prog, str(err))
-        print(decode_lenient(tokenizer, ids.tolist()))
-        return 0
-    except (CheckpointError, TokenizerUnavailableError, UnknownTokenError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
     sys.exit(main())

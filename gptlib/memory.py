@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from gptlib.config import GPTConfig
-from gptlib.loss import FUSED_MIN_VOCAB
+from gptlib.fast import FUSED_MIN_VOCAB
 
 FLOAT_BYTES = 4  # float32 weights, gradients, optimizer state and activations
 
@@ -82,7 +82,7 @@ class Estimate:
 def training_bytes(c: GPTConfig, batch_size: int, device_type: str = "cpu") -> Estimate:
     """Memory one training step of ``batch_size`` windows of ``c.context_length`` tokens needs
     on a device of type ``device_type`` (on a CPU a large vocabulary's logits are never held
-    whole: :func:`gptlib.loss.linear_cross_entropy` goes a block of columns at a time)."""
+    whole: :func:`gptlib.fast.linear_cross_entropy` goes a block of columns at a time)."""
     P, N = parameter_count(c), batch_size * c.context_length
     per_token = _activation_floats_per_token(c, c.context_length, c.dropout > 0, device_type)
     logits = N * c.vocab_size  # (B, T, V)

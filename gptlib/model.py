@@ -1,19 +1,22 @@
-"""A GPT-style decoder-only transformer, one book step per piece, in the book's order.
+"""A GPT-style decoder-only transformer, written in the order of the book's chapters.
 
-Configuration (:class:`GPTConfig`, defined in :mod:`gptlib.config`), the positional encoding
-(chapter 3), the causal mask and scaled dot-product attention (chapters 5-6), splitting into heads
-and merging them back (chapters 4 and 7), LayerNorm, multi-head attention (chapter 7), the
-feed-forward network and the transformer block (chapter 8), and the whole model (chapter 9).
-Chapter 13's switches for a modern (Llama-style) model sit beside the pieces they replace: rotary
-position embeddings next to the sinusoidal table, RMSNorm next to LayerNorm, grouped-query
-attention inside multi-head attention, and the SwiGLU feed-forward next to the ReLU one.
+Chapter 2 looks token ids up in an embedding table, chapter 3 adds their positions, chapter 4
+projects the vectors to queries, keys and values and splits them into heads, chapter 5 scores and
+scales, chapter 6 masks the future and takes the softmax, chapter 7 sums the values with those
+weights and mixes the heads with W_o, chapter 8 wraps attention and a feed-forward network into a
+block with norms and residual connections, and chapter 9 stacks the blocks and turns the last
+vectors into logits (:class:`GPT`). Chapter 13's switches for a modern (Llama-style) model sit
+beside the pieces they replace: rotary positions next to the sinusoidal table, grouped-query
+attention next to the heads, RMSNorm next to LayerNorm, SwiGLU next to the feed-forward network.
 
-Every layer takes and returns a tensor. Attention maps come from a separate, explicit call
-(``attention_weights``); generation's KV cache lives in :mod:`gptlib.generate` and reaches the
-attention layers through the ``cache`` argument.
+This is the code the chapters build and nothing else: one explicit attention path (plus PyTorch's
+``F.scaled_dot_product_attention`` as the fast alternative, ``fused_attention``), the plain
+embedding lookup and ``F.cross_entropy``. The faster training paths live in :mod:`gptlib.fast`,
+each tested against the function here that it equals. Generation's KV cache lives in
+:mod:`gptlib.kv_cache` and reaches the attention layers through the ``cache`` argument.
 
 Shapes use B = batch, T = sequence length, C = d_model, H = heads, hs = head size (C // H),
-V = vocabulary size.
+G = key/value heads, V = vocabulary size.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gptlib.checks import check_token_ids
 from gptlib.config import ACTIVATIONS, GPTConfig  # GPTConfig is re-exported from here too
-from gptlib.loss import cross_entropy, linear_cross_entropy
 
-# ---- positions (chapter 3) ------------------------------------------------------------------
+# ---- Chapter 2: token embeddings ----------------------------------------------------------------
+# A token id selects one row of a learned (V, C) table: ``nn.Embedding``, looked up in GPT.embed.
+
+# ---- Chapter 3: positions -----------------------------------------------------------------------
 
 
 def sinusoidal_positional_encoding(
@@ -47,6 +53,10 @@ def sinusoidal_positional_encoding(
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe.to(dtype)
+
+
+# Chapter 13 replaces the table with rotary position embeddings (RoPE): queries and keys are
+# turned by an angle that grows with the position, inside attention.
 
 
 def rope_cos_sin(
@@ -78,67 +88,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
-# ---- the mask and attention (chapters 5-6) ----------------------------------------------------
-
-
-def causal_mask(
-    T: int, device: torch.device | str | None = None, n_keys: int | None = None
-) -> torch.Tensor:
-    """Boolean ``(T, T)`` mask, True where query ``i`` may see key ``j`` (that is, ``j <= i``).
-
-    With ``n_keys`` (generation with a cache) the T queries are the *last* T of ``n_keys``
-    positions: the mask is ``(T, n_keys)`` and query ``i`` sees keys ``0..n_keys - T + i``.
-    """
-    n_keys = T if n_keys is None else n_keys
-    return torch.ones(T, n_keys, dtype=torch.bool, device=device).tril(n_keys - T)
-
-
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q Kᵀ / √d_k, masked) V, written out, returning the output **and** the weights.
-
-    ``q``: (..., Tq, d_k), ``k``: (..., Tk, d_k), ``v``: (..., Tk, d_v). ``mask`` is boolean and
-    broadcastable to (..., Tq, Tk), True where attending is allowed. Returns ``(out, weights)`` with
-    shapes (..., Tq, d_v) and (..., Tq, Tk); masked weights are exactly 0.
-    """
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k need the same last dimension, got {q.shape} and {k.shape}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v need the same length, got {k.shape} and {v.shape}")
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # each row sums to 1
-    if dropout_p > 0.0:
-        keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= dropout_p
-        weights = weights * keep / (1.0 - dropout_p)
-    return weights @ v, weights
-
-
-def _causal_attention_with_dropout_cpu(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
-) -> torch.Tensor:
-    """Causal attention with dropout on the weights, for training on a CPU (fused path).
-
-    ``F.scaled_dot_product_attention`` has no CPU kernel with dropout: it falls back to a dozen
-    small operations. This computes the same in four: scale, mask and QKᵀ in one ``baddbmm``,
-    softmax, dropout, weighted sum. q, k, v: (B, H, T, hs) -> (B, H, T, hs).
-    """
-    B, H, T, hs = q.shape
-    q3, k3, v3 = (t.reshape(B * H, T, hs) for t in (q, k, v))  # (B*H, T, hs) each
-    above = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, T)
-    scores = torch.baddbmm(above, q3, k3.transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*H, T, T)
-    weights = F.dropout(torch.softmax(scores, dim=-1), dropout_p, training=True)
-    return torch.bmm(weights, v3).view(B, H, T, hs)  # (B, H, T, hs)
-
-
-# ---- heads (chapters 4 and 7) -----------------------------------------------------------------
+# ---- Chapter 4: queries, keys, values and heads -------------------------------------------------
+# W_q, W_k and W_v are Linear layers of MultiHeadAttention (chapter 7 assembles it).
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -153,58 +104,84 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).contiguous().view(B, T, H * hs)
 
 
+# Chapter 13's grouped-query attention: fewer key/value heads, each shared by several query heads.
+
+
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """(B, G, T, hs) -> (B, G * n_rep, T, hs): key/value head g serves the query heads
     g * n_rep ... (g + 1) * n_rep - 1 (grouped-query attention, chapter 13)."""
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
-# ---- LayerNorm (chapter 8) --------------------------------------------------------------------
+# ---- Chapter 5: scores and scaling --------------------------------------------------------------
 
 
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """LayerNorm written out: normalise each vector to mean 0 and variance 1, then scale/shift."""
-    mean = x.mean(dim=-1, keepdim=True)
-    var = x.var(dim=-1, keepdim=True, unbiased=False)  # the biased variance, as nn.LayerNorm
-    y = (x - mean) / torch.sqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
+def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """How well each query matches each key, scaled: Q Kᵀ / √d_k.
 
-
-def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-5
-) -> torch.Tensor:
-    """RMSNorm written out (chapter 13): divide each vector by its root mean square, then scale.
-
-    LayerNorm without the mean: nothing is subtracted and there is no shift.
+    ``q``: (..., Tq, d_k), ``k``: (..., Tk, d_k) -> (..., Tq, Tk). Dividing by √d_k keeps the
+    scores' spread near 1 whatever the head size, so the softmax does not saturate.
     """
-    y = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return y if weight is None else y * weight
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same last dimension, got {q.shape} and {k.shape}")
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
 
 
-def make_norm(config: GPTConfig) -> nn.Module:
-    """The normalisation layer ``config.norm_type`` names: LayerNorm or RMSNorm (no bias)."""
-    if config.norm_type == "rmsnorm":
-        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+# ---- Chapter 6: the causal mask and the softmax -------------------------------------------------
 
 
-# ---- multi-head attention (chapter 7) ---------------------------------------------------------
+def causal_mask(
+    T: int, device: torch.device | str | None = None, n_keys: int | None = None
+) -> torch.Tensor:
+    """Boolean ``(T, T)`` mask, True where query ``i`` may see key ``j`` (that is, ``j <= i``).
+
+    With ``n_keys`` (generation with a cache) the T queries are the *last* T of ``n_keys``
+    positions: the mask is ``(T, n_keys)`` and query ``i`` sees keys ``0..n_keys - T + i``.
+    """
+    n_keys = T if n_keys is None else n_keys
+    return torch.ones(T, n_keys, dtype=torch.bool, device=device).tril(n_keys - T)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention weights: the scores (..., Tq, Tk) with the masked ones set to -inf, then a
+    softmax over the keys. Each row sums to 1; masked weights are exactly 0."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+# ---- Chapter 7: the weighted sum of the values, and W_o -----------------------------------------
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q Kᵀ / √d_k, masked) V, written out, returning the output **and** the weights.
+
+    ``q``: (..., Tq, d_k), ``k``: (..., Tk, d_k), ``v``: (..., Tk, d_v). ``mask`` is boolean and
+    broadcastable to (..., Tq, Tk), True where attending is allowed. Returns ``(out, weights)`` with
+    shapes (..., Tq, d_v) and (..., Tq, Tk); masked weights are exactly 0. ``dropout_p`` zeroes
+    that share of the weights in training (chapter 10) and scales the rest by 1 / (1 - p).
+    """
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same length, got {k.shape} and {v.shape}")
+    weights = masked_softmax(attention_scores(q, k), mask)  # (..., Tq, Tk)
+    if dropout_p > 0.0:
+        keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= dropout_p
+        weights = weights * keep / (1.0 - dropout_p)
+    return weights @ v, weights
 
 
 class LayerCache(Protocol):
-    """What an attention layer needs from a KV cache (see :class:`gptlib.generate.KVCache`)."""
+    """What an attention layer needs from a KV cache (see :class:`gptlib.kv_cache.KVCache`)."""
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new keys/values (B, H, T, hs); return all of them so far (B, H, T_all, hs)."""
+        """Store the new keys/values (B, G, T, hs); return all of them so far (B, G, T_all, hs)."""
         ...
 
 
@@ -212,7 +189,7 @@ Rope = tuple[torch.Tensor, torch.Tensor]  # RoPE's (cos, sin) for the positions 
 
 
 class MultiHeadAttention(nn.Module):
-    """Masked multi-head self-attention with visible W_q, W_k, W_v and W_o.
+    """Masked multi-head self-attention with visible W_q, W_k, W_v and W_o (chapters 4-7).
 
     ``fused=False`` runs the book's steps (:func:`scaled_dot_product_attention`); ``fused=True``
     computes the same with ``F.scaled_dot_product_attention``, faster. With ``n_kv_heads`` below
@@ -247,11 +224,11 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def _qkv(
-        self, x: torch.Tensor, rope: Rope | None
+    def project_qkv(
+        self, x: torch.Tensor, rope: Rope | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries (B, H, T, hs) and keys, values (B, G, T, hs), G = n_kv_heads; RoPE turns the
-        queries and keys when given."""
+        """Chapter 4: queries (B, H, T, hs) and keys, values (B, G, T, hs) for x (B, T, C); RoPE
+        turns the queries and keys when given (chapter 13)."""
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_size:
             raise ValueError(
                 f"expected input of shape (B, T, {self.n_heads * self.head_size}), "
@@ -264,28 +241,31 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
+    def share_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, G, T, hs) keys and values -> (B, H, T, hs): one copy per query head they serve."""
+        n_rep = self.n_heads // self.n_kv_heads
+        return repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+
     def forward(
         self, x: torch.Tensor, cache: LayerCache | None = None, rope: Rope | None = None
     ) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C). With a ``cache``, x holds only the new tokens and they also
         attend to the cached keys and values (the cache stores theirs). ``rope``: the new
         tokens' (cos, sin) when the model uses rotary positions."""
-        q, k, v = self._qkv(x, rope)  # (B, H, T, hs), (B, G, T, hs), (B, G, T, hs)
+        q, k, v = self.project_qkv(x, rope)  # (B, H, T, hs), (B, G, T, hs), (B, G, T, hs)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, G, T_all, hs): the cached positions, then the new
-        n_rep = self.n_heads // self.n_kv_heads
-        out = self._attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep))  # (B, H, T, hs)
+        out = self._attend(q, *self.share_kv(k, v))  # (B, H, T, hs)
         return self.resid_dropout(self.W_o(merge_heads(out)))  # (B, T, C)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Chapters 5-7 on (B, H, T, hs) queries and (B, H, T_all, hs) keys and values."""
         T, T_all = q.shape[-2], k.shape[-2]
         p = self.dropout if self.training else 0.0
         if not self.fused:
             mask = causal_mask(T, q.device, n_keys=T_all)  # (T, T_all)
             return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)[0]
         if T == T_all:  # no cached positions: the plain causal mask, known to the kernel
-            if p > 0.0 and T > 1 and q.device.type == "cpu":
-                return _causal_attention_with_dropout_cpu(q, k, v, p)
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)
         mask = None if T == 1 else causal_mask(T, q.device, n_keys=T_all)  # 1 query sees all
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
@@ -294,14 +274,51 @@ class MultiHeadAttention(nn.Module):
     def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The attention weights (B, H, T, T) for x (B, T, C), by the book's explicit steps
         (dropout follows the train/eval mode)."""
-        q, k, v = self._qkv(x, rope)
-        n_rep = self.n_heads // self.n_kv_heads
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        q, k, v = self.project_qkv(x, rope)
+        k, v = self.share_kv(k, v)
         p = self.dropout if self.training else 0.0
         return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2], x.device), p)[1]
 
 
-# ---- feed-forward and the block (chapter 8) ----------------------------------------------------
+# ---- Chapter 8: the block: norms, the feed-forward network, residual connections ----------------
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """LayerNorm written out: normalise each vector to mean 0 and variance 1, then scale/shift."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = x.var(dim=-1, keepdim=True, unbiased=False)  # the biased variance, as nn.LayerNorm
+    y = (x - mean) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+# Chapter 13's RMSNorm: LayerNorm without the mean.
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """RMSNorm written out (chapter 13): divide each vector by its root mean square, then scale.
+
+    LayerNorm without the mean: nothing is subtracted and there is no shift.
+    """
+    y = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    """The normalisation layer ``config.norm_type`` names: LayerNorm or RMSNorm (no bias)."""
+    if config.norm_type == "rmsnorm":
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
 
 
 class FeedForward(nn.Module):
@@ -333,6 +350,9 @@ class FeedForward(nn.Module):
         return self.dropout(self.linear2(self.activation(self.linear1(x))))  # (B, T, C)
 
 
+# Chapter 13's gated feed-forward network.
+
+
 class SwiGLUFeedForward(nn.Module):
     """The gated feed-forward network of Llama (chapter 13): down(silu(gate(x)) * up(x)).
 
@@ -361,10 +381,10 @@ def make_feed_forward(config: GPTConfig) -> nn.Module:
 
 
 class TransformerBlock(nn.Module):
-    """Attention then feed-forward, each wrapped in a residual connection and a LayerNorm.
+    """Attention then feed-forward, each wrapped in a residual connection and a norm.
 
     ``norm="post"`` (the 2017 paper): x = LN(x + sublayer(x)).
-    ``norm="pre"`` (GPT-2 and most code): x = x + sublayer(LN(x)).
+    ``norm="pre"`` (GPT-2 and most code since): x = x + sublayer(LN(x)).
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -390,29 +410,15 @@ class TransformerBlock(nn.Module):
 
     def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The block's attention weights (B, H, T, T) for its input x (B, T, C)."""
-        return self.attn.attention_weights(self.ln1(x) if self.norm == "pre" else x, rope)
+        pre = self.norm == "pre"
+        return self.attn.attention_weights(self.ln1(x) if pre else x, rope)
 
 
-# ---- the model (chapter 9) ---------------------------------------------------------------------
-
-
-def check_token_ids(ids: torch.Tensor, vocab_size: int, what: str = "token ids") -> None:
-    """Raise a clear error unless ``ids`` is an integer tensor of ids in 0..vocab_size-1."""
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"{what} must be an integer tensor, got {ids.dtype}")
-    if ids.numel() == 0:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"{what}: token id {lo if lo < 0 else hi} is outside the model's vocabulary (valid "
-            f"ids are 0..{vocab_size - 1}); encode the text with the tokenizer/vocabulary the "
-            "model was built for"
-        )
+# ---- Chapter 9: the whole model and its logits --------------------------------------------------
 
 
 class ModelCache(Protocol):
-    """What :class:`GPT` needs from a KV cache (see :class:`gptlib.generate.KVCache`)."""
+    """What :class:`GPT` needs from a KV cache (see :class:`gptlib.kv_cache.KVCache`)."""
 
     length: int  # positions cached so far: the next token gets position ``length``
 
@@ -460,7 +466,9 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def _check_input(self, idx: torch.Tensor, start: int = 0) -> None:
+    def check_input(self, idx: torch.Tensor, start: int = 0) -> None:
+        """Raise a clear error unless ``idx`` is a (B, T) tensor of the model's token ids that
+        fits the context after ``start`` cached positions."""
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
             shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
             raise ValueError(f"expected token ids of shape (batch, time), got {shape}")
@@ -480,19 +488,29 @@ class GPT(nn.Module):
             )
         check_token_ids(idx, self.config.vocab_size)
 
+    def check_targets(self, idx: torch.Tensor, targets: torch.Tensor) -> None:
+        """Raise a clear error unless ``targets`` are token ids of the input's shape (B, T)."""
+        if targets.shape != idx.shape:
+            raise ValueError(
+                f"targets must have the same shape as the input {tuple(idx.shape)}, "
+                f"got {tuple(targets.shape)}"
+            )
+        check_token_ids(targets, self.config.vocab_size, "targets")
+
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token embedding (times sqrt(d_model) if ``config.scale_embeddings``, chapter 3) plus
-        the positional encoding for positions start..start+T-1: (B, T, C)."""
-        T = idx.shape[1]
-        # With a tied output layer the loss already gives the shared (V, C) matrix a dense
-        # gradient; the lookup then adds only the rows it used (a sparse gradient) instead of a
-        # second, mostly zero (V, C) matrix. Untied, the table keeps an ordinary dense gradient.
-        tied = self.config.tie_embeddings
-        x = F.embedding(idx.long(), self.token_embedding.weight, sparse=tied)  # (B, T, C)
+        """Chapters 2-3: each id's row of the token table, plus positions start..start+T-1:
+        (B, T) -> (B, T, C)."""
+        return self.add_positions(self.token_embedding(idx.long()), start)  # (B, T, C)
+
+    def add_positions(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Chapter 3: token vectors (B, T, C), times sqrt(d_model) if ``scale_embeddings``, plus
+        the positional encoding of positions start..start+T-1, then dropout (in training)."""
+        T = tokens.shape[1]
+        x = tokens
         if self.config.scale_embeddings:  # keeps the tokens from drowning in the positions
             x = x * math.sqrt(self.config.d_model)
         if self.position_embedding is not None:
-            pos = torch.arange(start, start + T, device=idx.device)
+            pos = torch.arange(start, start + T, device=tokens.device)
             x = x + self.position_embedding(pos)  # (T, C) broadcasts over B
         elif self.config.positions == "sinusoidal":
             x = x + self.positional_encoding[start : start + T].to(x.dtype)
@@ -511,7 +529,7 @@ class GPT(nn.Module):
         every block stores their keys and values in the cache.
         """
         start = cache.length if cache is not None else 0
-        self._check_input(idx, start)
+        self.check_input(idx, start)
         x = self.embed(idx, start)  # (B, T, C)
         rope = self.rope(start, idx.shape[1])
         for i, block in enumerate(self.blocks):
@@ -526,34 +544,23 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         *,
         cache: ModelCache | None = None,
-        return_logits: bool = True,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Logits (B, T, V) for ids (B, T), and the mean cross-entropy when ``targets`` (B, T)
-        is given (else None). With a KV cache, ``idx`` holds only the new tokens.
-
-        ``return_logits=False`` (with targets) returns ``(None, loss)``: the output layer and the
-        loss are then computed together (:func:`gptlib.loss.linear_cross_entropy`); on a CPU with
-        a vocabulary of ``FUSED_MIN_VOCAB`` or more, a block of vocabulary columns at a time,
-        without ever holding the (B, T, V) logits. Training uses this.
-        """
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, T, V) for ids (B, T), and the mean cross-entropy of the next tokens when
+        ``targets`` (B, T) is given (else None). With a KV cache, ``idx`` holds only the new
+        tokens (chapter 11)."""
         x = self.final_norm(self.hidden_states(idx, cache))  # (B, T, C)
-        if targets is not None:
-            if targets.shape != idx.shape:
-                raise ValueError(
-                    f"targets must have the same shape as the input {tuple(idx.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
-            check_token_ids(targets, self.config.vocab_size, "targets")
-        if targets is not None and not return_logits:
-            return None, linear_cross_entropy(x, self.lm_head.weight, targets)
-        logits = self.lm_head(x)  # (B, T, V)
-        return logits, None if targets is None else cross_entropy(logits, targets)
+        logits = self.lm_head(x)  # (B, T, V): one score per vocabulary entry
+        if targets is None:
+            return logits, None
+        self.check_targets(idx, targets)
+        V = logits.shape[-1]
+        return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
         """Every block's attention weights for ``idx``: (n_blocks, B, H, T, T), by the explicit
         steps (the model is not changed; dropout follows the module's train/eval mode)."""
-        self._check_input(idx)
+        self.check_input(idx)
         x = self.embed(idx)  # (B, T, C)
         rope = self.rope(0, idx.shape[1])
         maps = []

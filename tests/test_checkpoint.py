@@ -17,7 +17,7 @@ from gptlib.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from gptlib.data import atomic_write
+from gptlib.files import atomic_write
 from gptlib.model import GPT
 from gptlib.tokenizer import Vocabulary
 from gptlib.train import TrainConfig, make_optimizer
@@ -142,7 +142,7 @@ def test_checkpoints_use_the_one_atomic_write(tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "c.pt", small_model())
     assert calls == [tmp_path / "c.pt"] and ckpt_module.atomic_write is not atomic_write
     monkeypatch.undo()
-    assert ckpt_module.atomic_write is atomic_write  # gptlib.data's, shared with downloads
+    assert ckpt_module.atomic_write is atomic_write  # gptlib.files', shared with downloads
 
 
 def test_checkpoint_files_follow_the_umask(tmp_path):
@@ -239,6 +239,27 @@ def test_a_checkpoint_from_before_scale_embeddings_loads_unscaled(tmp_path):
     del raw["model_config"]["scale_embeddings"]
     torch.save(raw, path)
     assert load_checkpoint(path).model_config.scale_embeddings is False
+
+
+def test_the_migration_fills_in_only_what_older_files_lack():
+    old = {k: v for k, v in tiny_config().to_dict().items() if k != "scale_embeddings"}
+    assert ckpt_module.migrate_model_config(old) == {**old, "scale_embeddings": False}
+    new = tiny_config(scale_embeddings=True).to_dict()
+    assert ckpt_module.migrate_model_config(new) == new  # today's files pass unchanged
+    assert ckpt_module.migrate_model_config(new) is not new  # and the input is not modified
+
+
+def test_a_train_config_from_before_the_fast_switch_loads_with_it_on(tmp_path):
+    # older files have no `fast` field: they trained through the fast paths, today's default
+    path = tmp_path / "checkpoint.pt"
+    model = tiny_model()
+    save_checkpoint(path, model, train_config=TrainConfig(fast=False, batch_size=3))
+    raw = torch.load(path, weights_only=True)
+    assert raw["train_config"]["fast"] is False  # the field is saved...
+    del raw["train_config"]["fast"]
+    torch.save(raw, path)
+    loaded = load_checkpoint(path).train_config
+    assert loaded.fast is True and loaded.batch_size == 3  # ...and defaults when missing
 
 
 # ---- resume ----------------------------------------------------------------------------------

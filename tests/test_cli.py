@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gptlib import generate as generate_cli
-from gptlib import train as train_cli
 from gptlib.checkpoint import load_checkpoint
+from gptlib.commands import generate as generate_cli
+from gptlib.commands import train as train_cli
 from gptlib.config import resolve_device
 from gptlib.tokenizer import TokenizerUnavailableError, get_encoding
 
@@ -205,7 +205,9 @@ def test_train_rejects_missing_and_too_short_corpora(tmp_path, capsys):
     short.write_text("Only a few words here.", encoding="utf-8")
     code, _, err = run(train_cli.main, [str(short), "--out", str(tmp_path), *QUICK], capsys)
     assert code == 2
-    assert_one_line_error(err, "the corpus is too short", "--context-length + 1 = 17")
+    assert_one_line_error(
+        err, "the corpus is too short", "context_length + 1 = 17", "--val-fraction"
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import gptlib.data as gd
+import gptlib.files as gf
 from gptlib.data import (
     ChecksumError,
     CorpusSpec,
@@ -39,7 +40,7 @@ def stream(n: int = 500) -> torch.Tensor:
 @pytest.mark.parametrize(("B", "T"), [(1, 1), (4, 16), (8, 5)])
 def test_get_batch_shapes_and_shift(B, T):
     data = stream()
-    x, y = get_batch(data, B, T, generator=0)
+    x, y = get_batch(data, B, T, seed=0)
     assert x.shape == y.shape == (B, T) and x.dtype == data.dtype
     for b in range(B):
         start = int(x[b, 0]) - 1000
@@ -51,7 +52,7 @@ def test_get_batch_shapes_and_shift(B, T):
 def test_get_batch_on_real_tokens_has_y_as_next_tokens():
     g = torch.Generator().manual_seed(0)
     data = torch.randint(10, (300,), generator=g)  # repeated values: check via the stream
-    x, y = get_batch(data, 6, 7, generator=1)
+    x, y = get_batch(data, 6, 7, seed=1)
     windows = data.unfold(0, 8, 1)  # (N - 7, 8): every window of T + 1 tokens
     for b in range(6):
         matches = (windows[:, :7] == x[b]).all(1) & (windows[:, 1:] == y[b]).all(1)
@@ -62,7 +63,7 @@ def test_get_batch_reaches_the_last_token():
     data = stream(12)
     seen = set()
     for seed in range(200):
-        x, y = get_batch(data, 4, 5, generator=seed)
+        x, y = get_batch(data, 4, 5, seed=seed)
         seen |= set(y[:, -1].tolist())
     assert max(seen) == int(data[-1])  # the final window is possible
     assert min(seen) == int(data[5])  # and the first one
@@ -70,10 +71,10 @@ def test_get_batch_reaches_the_last_token():
 
 def test_get_batch_is_reproducible():
     data = stream()
-    x1, y1 = get_batch(data, 8, 10, generator=123)
-    x2, y2 = get_batch(data, 8, 10, generator=123)
+    x1, y1 = get_batch(data, 8, 10, seed=123)
+    x2, y2 = get_batch(data, 8, 10, seed=123)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
-    x3, _ = get_batch(data, 8, 10, generator=124)
+    x3, _ = get_batch(data, 8, 10, seed=124)
     assert not torch.equal(x1, x3)
     # a Generator is used as given: the same seed gives the same draws, and it advances
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
@@ -87,7 +88,7 @@ def test_get_batch_is_reproducible():
 
 
 def test_get_batch_device():
-    x, y = get_batch(stream(), 2, 3, generator=0, device="cpu")
+    x, y = get_batch(stream(), 2, 3, seed=0, device="cpu")
     assert x.device.type == y.device.type == "cpu"
 
 
@@ -173,7 +174,7 @@ def test_atomic_write_bytes(tmp_path, monkeypatch):
     def fail(src, dst):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(gd.os, "replace", fail)
+    monkeypatch.setattr(gf.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
         atomic_write_bytes(target, b"third")
     assert target.read_bytes() == b"second"  # the old file is untouched
@@ -188,8 +189,8 @@ def test_atomic_write_syncs_the_file_and_then_its_folder(tmp_path, monkeypatch):
         synced.append(os.path.isdir(f"/proc/self/fd/{fd}") if os.path.exists("/proc") else fd)
         real_fsync(fd)
 
-    monkeypatch.setattr(gd.os, "fsync", record)
-    gd.atomic_write(tmp_path / "f.bin", lambda f: f.write(b"data"))
+    monkeypatch.setattr(gf.os, "fsync", record)
+    gf.atomic_write(tmp_path / "f.bin", lambda f: f.write(b"data"))
     assert (tmp_path / "f.bin").read_bytes() == b"data"
     assert len(synced) == 2  # the file's bytes, then the folder that records the rename
     if os.path.exists("/proc"):

@@ -251,7 +251,10 @@ def test_without_the_mask_the_future_would_leak(monkeypatch):
         ({"n_blocks": True}, "n_blocks must be a positive integer, got True"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
-        ({"norm": "middle"}, r"norm must be one of \('pre', 'post'\), got 'middle'"),
+        (
+            {"norm": "middle"},
+            r"norm must be one of \('pre', 'post'\), got 'middle'",
+        ),
         ({"positions": "rotary"}, r"positions must be one of .*got 'rotary'"),
         ({"activation": "tanh"}, r"activation must be one of .*got 'tanh'"),
         ({"d_model": 9, "n_heads": 3}, "sinusoidal positions need an even d_model, got 9"),
@@ -492,7 +495,7 @@ def random_stream_val_loss(fused: bool) -> float:
     model = GPT(config)
     train(model, lambda: get_batch(train_ids, 32, 8, generator=g), steps=100, lr=1e-2)
     with torch.no_grad():
-        return model(*get_batch(val_ids, 256, 8, generator=123))[1].item()
+        return model(*get_batch(val_ids, 256, 8, seed=123))[1].item()
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -298,7 +298,9 @@ def small_run(corpus, tmp_path_factory) -> Path:
 
 
 def test_case9_generating_a_billion_tokens_is_refused(small_run, capsys):
-    code, err = run(generate_cli.main, [small_run, "--prompt", "The customer", "-n", "1000000000"], capsys)
+    code, err = run(
+        generate_cli.main, [small_run, "--prompt", "The customer", "-n", "1000000000"], capsys
+    )
     line = one_line_error(err)
     assert code in (1, 2) and "1,000,000,000" in line
 

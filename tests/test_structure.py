@@ -7,6 +7,7 @@ in LAYERS below, and may import only from lower layers.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -19,47 +20,69 @@ PACKAGE = Path(gptlib.__file__).parent
 MAX_FUNCTION_LINES = 60
 
 # Imports flow from higher layers to strictly lower ones: configuration -> model ->
-# checkpoint / hf -> train / generate (each ends with its command-line main).
+# checkpoint / hf / fast -> train / generate -> the command lines. An import inside a module's
+# ``if __name__ == "__main__":`` shim (``python -m gptlib.train``) is not part of the library.
 LAYERS = {
+    "gptlib.checks": 0,
     "gptlib.config": 0,
+    "gptlib.files": 0,
     "gptlib.tokenizer": 0,
-    "gptlib.data": 0,
     "gptlib.distributed": 0,
-    "gptlib.loss": 0,
+    "gptlib.kv_cache": 0,
     "gptlib.notebook": 0,
     "gptlib.rundir": 0,  # the output folder: writable, locked, tidy
+    "gptlib.interrupt": 0,  # Ctrl-C deferred to a step boundary
+    "gptlib.data": 1,
     "gptlib.model": 1,
     "gptlib.integrity": 1,  # checksums and field checks of checkpoint contents
-    "gptlib.memory": 1.5,  # memory estimates (uses the model on the meta device)
-    "gptlib.cli": 1,  # argparse helpers shared by the two commands
     "gptlib.checkpoint": 2,
+    "gptlib.fast": 2,  # the speed paths, each equal to a piece of model / train
+    "gptlib.memory": 2.5,  # memory estimates from a configuration (knows fast's loss path)
     "gptlib.hf_common": 2,  # what the two Hugging Face bridges share
     "gptlib.hf_llama": 2.5,  # the Llama bridge (chapter 13), used through gptlib.hf
     "gptlib.hf": 2.75,
     "gptlib.example": 2,
     "gptlib.plot": 2,
-    "gptlib.train": 3,
+    "gptlib.run": 3,  # a training run's state: seeding, resuming, saving
     "gptlib.generate": 3,
-    "gptlib": 4,  # the package's __init__: re-exports, on top of everything
+    "gptlib.train": 4,
+    "gptlib.commands": 5,
+    "gptlib.commands.options": 5,  # argparse helpers shared by the two commands
+    "gptlib.commands.generate": 6,
+    "gptlib.commands.train": 6,
+    "gptlib": 7,  # the package's __init__: re-exports of the lower layers
 }
 
 
 def modules() -> dict[str, ast.Module]:
     found = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        name = "gptlib" if path.stem == "__init__" else f"gptlib.{path.stem}"
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     return found
+
+
+def _is_main_shim(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":``"""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+    )
 
 
 def imported_modules(tree: ast.Module, known: set[str]) -> set[str]:
     """Every gptlib module ``tree`` imports, anywhere (top level, functions, TYPE_CHECKING)."""
     out = set()
-    for node in ast.walk(tree):
+    library = ast.Module(body=[n for n in tree.body if not _is_main_shim(n)], type_ignores=[])
+    for node in ast.walk(library):
         if isinstance(node, ast.Import):
             out |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module == "gptlib":  # of its submodules
-            out |= {f"gptlib.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module in ("gptlib", "gptlib.commands"):
+            out |= {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             out.add(node.module)
     return {name for name in out if name in known}
@@ -134,7 +157,7 @@ def test_generation_does_not_load_the_training_loop():
     )
     assert done.returncode == 0 and "usage: python -m gptlib.generate" in done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    assert {"gptlib.model", "gptlib.checkpoint", "gptlib.cli"} <= imported  # the measure works
+    assert {"gptlib.model", "gptlib.checkpoint", "gptlib.commands.options"} <= imported  # it works
     assert "gptlib.train" not in imported
     assert "RuntimeWarning" not in done.stderr  # the package does not pre-import the module
 
@@ -146,3 +169,40 @@ def test_the_benchmark_lives_outside_the_package():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("benchmarks"), name
+
+
+def test_every_fast_path_names_the_test_that_proves_it():
+    """gptlib.fast is audited: each public function or class names, in its docstring, a test of
+    tests/test_fast.py that checks it against the book's code, and that test exists."""
+    tests = (PACKAGE.parent / "tests" / "test_fast.py").read_text(encoding="utf-8")
+    tree = modules()["gptlib.fast"]
+    public = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+    ]
+    assert len(public) >= 8
+    for node in public:
+        doc = ast.get_docstring(node) or ""
+        named = [w.strip("`(),.:;") for w in doc.split() if w.strip("`(),.:;").startswith("test_")]
+        if node.name in ("attention", "block", "loss_of"):  # the pieces of FastLoss
+            continue
+        assert named, f"gptlib.fast.{node.name} names no test"
+        for test in named:
+            assert f"def {test}(" in tests, f"gptlib.fast.{node.name} names a missing {test}"
+
+
+def test_the_entry_points_and_module_shims_reach_the_commands():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    scripts = project["project"]["scripts"]
+    assert set(scripts) == {"gptlib-train", "gptlib-generate"}
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        assert module.startswith("gptlib.commands."), name  # commands live outside the library
+        assert callable(getattr(importlib.import_module(module), func)), name
+    for module in ("gptlib.train", "gptlib.generate"):  # python -m gptlib.train still works
+        code = f"import runpy, sys; sys.argv = ['x', '--help']; runpy.run_module('{module}', "
+        code += "run_name='__main__')"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.returncode == 0 and f"usage: python -m {module}" in done.stdout, done.stderr

@@ -1,5 +1,5 @@
 """Training: configuration checks, schedule, one step, the loop, history, callbacks,
-reproducibility, resuming, the non-finite loss stop, and the loss function."""
+reproducibility, resuming and the non-finite loss stop."""
 
 from __future__ import annotations
 
@@ -12,19 +12,15 @@ from conftest import tiny_model
 
 from gptlib.checkpoint import CheckpointError, load_checkpoint
 from gptlib.data import get_batch
-from gptlib.loss import cross_entropy
 from gptlib.model import GPT
+from gptlib.run import batch_seed
 from gptlib.tokenizer import Vocabulary
 from gptlib.train import (
     HISTORY_KEYS,
     TrainConfig,
-    batch_seed,
-    clip_factor,
     estimate_loss,
-    grad_norm,
     learning_rate_at,
     make_optimizer,
-    optimizer_step,
     resolve_device,
     train,
     train_step,
@@ -208,13 +204,11 @@ def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(tmp_path):
     def poison(module, args, output):
         if module.training:  # evaluation passes run in eval mode and are not counted
             calls["train"] += 1
-            if calls["train"] >= 5:  # poison the loss (training asks for no logits)
-                logits, loss = output
-                assert logits is None and loss is not None
-                return None, loss * float("nan")
+            if calls["train"] >= 5:  # from the fifth step on, the last hidden states are NaN
+                return output * float("nan")
         return None
 
-    model.register_forward_hook(poison)
+    model.final_norm.register_forward_hook(poison)  # on the book's path and the fast one
     path = tmp_path / "ckpt.pt"
     config = quick_config(max_iters=10, checkpoint_interval=2, eval_interval=100)
     with pytest.raises(FloatingPointError) as info:
@@ -251,26 +245,6 @@ def test_bf16_autocast_trains_on_cuda():
     history = train(model_to_train(), tr, va, config, quiet=True)
     assert all(math.isfinite(v) for v in history["val_loss"])
     assert history["val_loss"][-1] < history["val_loss"][0]
-
-
-@pytest.mark.parametrize("V", [7, 5000])  # one chunk of rows, and several
-def test_cross_entropy_matches_pytorch(V):
-    import torch.nn.functional as F
-
-    g = torch.Generator().manual_seed(0)
-    logits = (torch.randn(3, 40, V, generator=g) * 3).requires_grad_()
-    targets = torch.randint(V, (3, 40), generator=g)
-    ours = cross_entropy(logits, targets)
-    ours.backward()
-    grad = logits.grad.clone()
-    logits.grad = None
-    ref = F.cross_entropy(logits.view(-1, V), targets.view(-1))
-    ref.backward()
-    torch.testing.assert_close(ours, ref)
-    torch.testing.assert_close(grad, logits.grad)
-    bad = logits.detach().clone()
-    bad[1, 2, 3] = float("nan")
-    assert torch.isnan(cross_entropy(bad, targets))  # a non-finite logit is not hidden
 
 
 def assert_same_weights(a: GPT, b: GPT) -> None:
@@ -345,31 +319,34 @@ def test_resume_into_a_different_model_is_refused(tmp_path):
 # ---- one step, and the loop as repeated steps -------------------------------------------------
 
 
+def book_step_by_hand(model, optimizer, x, y, lr: float, clip: float) -> torch.Tensor:
+    """Chapter 10's step, written out: the loss, its gradient, clipping, AdamW."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    model.train()
+    _, loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return loss
+
+
 def test_train_step_is_the_five_operations_by_hand():
     tr, _ = pattern_data()
     config = quick_config(learning_rate=1e-2)
-    x, y = get_batch(tr, 4, 8, generator=0)
+    x, y = get_batch(tr, 4, 8, seed=0)
     ours, theirs = model_to_train(), model_to_train()
     opt_ours, opt_theirs = make_optimizer(ours, config), make_optimizer(theirs, config)
     for step in range(3):
         torch.manual_seed(step)  # the same dropout draws for both
         loss = train_step(ours, opt_ours, x, y, lr=5e-3, grad_clip=0.5)
         torch.manual_seed(step)
-        for group in opt_theirs.param_groups:
-            group["lr"] = 5e-3
-        theirs.train()
-        _, expected = theirs(x, y)
-        opt_theirs.zero_grad(set_to_none=True)
-        expected.backward()
-        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.5)
-        opt_theirs.step()
+        expected = book_step_by_hand(theirs, opt_theirs, x, y, 5e-3, 0.5)
         assert loss == expected.item()  # the same forward pass: the same loss
-    # clipping sums the squares in another order and the fused AdamW scales the gradients inside
-    # its own pass: the same maths, so the weights agree to float32 rounding after three steps
-    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values(), strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+    assert_same_weights(ours, theirs)  # the same operations: bit for bit
     moved = (ours.lm_head.weight - model_to_train().lm_head.weight).abs().max().item()
-    assert moved > 100 * 1e-6  # the steps moved the weights far more than that tolerance
+    assert moved > 1e-4  # the steps did move the weights
     assert [g["lr"] for g in opt_ours.param_groups] == [5e-3, 5e-3]
     assert opt_ours.param_groups[0]["weight_decay"] == config.weight_decay
     assert opt_ours.param_groups[1]["weight_decay"] == 0.0
@@ -387,7 +364,7 @@ def test_train_is_a_loop_of_train_steps():
     for step in range(config.max_iters):
         x, y = get_batch(tr, config.batch_size, 8, generator=batches)
         lr = learning_rate_at(step, config)
-        train_step(by_hand, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
+        train_step(by_hand, optimizer, x, y, lr=lr, grad_clip=config.grad_clip, fast=config.fast)
     assert_same_weights(trained, by_hand)  # same operations, same machine: bit for bit
     assert history["lr"][-1] == learning_rate_at(8, config)
 
@@ -403,57 +380,3 @@ def test_callbacks_get_a_record_after_every_evaluation():
     assert all(set(r) == set(HISTORY_KEYS) for r in records)
     for key in HISTORY_KEYS:
         assert [float(r[key]) for r in records] == history[key]
-
-
-# ---- clipping folded into the optimizer's step ---------------------------------------------
-
-
-def params_with_grads(seed: int = 0) -> list[torch.nn.Parameter]:
-    """A large matrix (dot-product path), small tensors (foreach path) and a sparse gradient."""
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(300, 256), (64,), (7, 5), (20, 8)]
-    params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
-    for p in params[:3]:
-        p.grad = torch.randn(p.shape, generator=g) * 3
-    rows = torch.tensor([1, 4, 4])  # a sparse gradient with a repeated row
-    values = torch.randn(3, 8, generator=g)
-    params[3].grad = torch.sparse_coo_tensor(rows[None], values, (20, 8), check_invariants=True)
-    return params
-
-
-def test_grad_norm_is_the_global_norm_of_every_gradient():
-    params = params_with_grads()
-    dense = [p.grad.to_dense() for p in params]
-    expected = torch.sqrt(sum((g.double() ** 2).sum() for g in dense))
-    assert params[0].grad.numel() >= 1 << 16  # the dot-product path is exercised
-    torch.testing.assert_close(grad_norm(params).double(), expected, rtol=1e-6, atol=0)
-    assert grad_norm([torch.nn.Parameter(torch.ones(3))]).item() == 0.0  # no gradients at all
-
-
-@pytest.mark.parametrize("max_norm", [0.5, 1e6])
-def test_clip_factor_is_pytorchs(max_norm):
-    params = params_with_grads()[:3]  # clip_grad_norm_ wants dense gradients
-    factor = clip_factor(params, max_norm)
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm)  # clips in place
-    torch.testing.assert_close(factor, (max_norm / (total + 1e-6)).clamp(max=1.0))
-    assert (factor.item() == 1.0) == (max_norm == 1e6)
-
-
-@pytest.mark.parametrize("fused", [True, False])
-def test_optimizer_step_with_a_factor_is_clip_then_step(fused):
-    ours, theirs = params_with_grads()[:3], params_with_grads()[:3]
-    kind = {"fused": True} if fused else {"foreach": True}
-    opt_ours = torch.optim.AdamW(ours, lr=1e-2, **kind)
-    opt_theirs = torch.optim.AdamW(theirs, lr=1e-2, **kind)
-    factor = clip_factor(ours, 0.5)
-    assert factor < 0.1  # a real clip
-    optimizer_step(opt_ours, factor)
-    torch.nn.utils.clip_grad_norm_(theirs, 0.5)
-    opt_theirs.step()
-    assert not hasattr(opt_ours, "grad_scale")  # the hook is removed after the step
-    for a, b in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(a.grad, b.grad)  # the stored gradients are the clipped ones
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-        # Adam's moments see the clipped gradients (they would differ by the factor if not)
-        for key in ("exp_avg", "exp_avg_sq"):
-            torch.testing.assert_close(opt_ours.state[a][key], opt_theirs.state[b][key])

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from gptlib.checkpoint import load_checkpoint
-from gptlib.data import atomic_write_bytes
+from gptlib.files import atomic_write_bytes
 from gptlib.tokenizer import get_encoding
 
 FORMAT = "gptbook-web-model"

@@ -4,9 +4,10 @@
 * Option types that only *parse* (``int``, ``float``); checking a value is the job of the
   configuration's ``__post_init__``, and :func:`config_from_args` turns its ``ValueError`` into a
   one-line usage error.
-* :func:`add_config_options`: one option per field of a configuration dataclass, so that a new
-  field of :class:`~gptlib.config.GPTConfig` or :class:`~gptlib.config.TrainConfig` needs one line
-  (its help text), not three.
+* :func:`add_config_options`: one option per field of a configuration dataclass, its help text,
+  allowed values and flag name read from the field's metadata (:func:`gptlib.config.option`), so
+  that a new field of :class:`~gptlib.config.GPTConfig` or :class:`~gptlib.config.TrainConfig`
+  becomes an option with no change here.
 """
 
 from __future__ import annotations
@@ -18,15 +19,7 @@ import sys
 from typing import Any, NoReturn, TypeVar
 
 from gptlib import distributed
-from gptlib.config import ACTIVATIONS, LR_SCHEDULES, NORM_TYPES, NORMS, POSITIONS
 
-CHOICES = {
-    "norm": NORMS,
-    "norm_type": NORM_TYPES,
-    "positions": POSITIONS,
-    "activation": ACTIVATIONS,
-    "lr_schedule": LR_SCHEDULES,
-}
 Config = TypeVar("Config")
 
 
@@ -72,38 +65,39 @@ def float_arg(text: str) -> float:
     return value
 
 
-def flag_name(field: str, renames: dict[str, str]) -> str:
-    """``batch_size`` -> ``--batch-size`` (or the option's new name in ``renames``)."""
-    return renames.get(field, "--" + field.replace("_", "-"))
+def _flag(field: dataclasses.Field) -> str:
+    """``batch_size`` -> ``--batch-size``; a bool that defaults to True -> ``--no-NAME``; or the
+    ``flag`` the field's metadata names."""
+    if "flag" in field.metadata:
+        return field.metadata["flag"]
+    name = field.name.replace("_", "-")
+    return f"--no-{name}" if field.default is True else f"--{name}"
 
 
 def add_config_options(
-    group: argparse._ActionsContainer,
-    cls: type,
-    helps: dict[str, str],
-    renames: dict[str, str] | None = None,
+    group: argparse._ActionsContainer, cls: type, skip: tuple[str, ...] = ()
 ) -> None:
-    """One option per field of the dataclass ``cls`` named in ``helps`` (in ``cls``'s order).
+    """One option per field of the dataclass ``cls`` (in its order), except those in ``skip``.
 
-    ints and floats parse as such, a field with allowed values lists them (``CHOICES``), and a
-    bool field that defaults to True becomes ``--no-NAME`` (False: ``--NAME``).
+    The help text and allowed values come from the field's metadata; ints and floats parse as
+    such (an ``int | None`` field too: its default None means "derived"), and a bool field is a
+    switch: ``--no-NAME`` when it defaults to True, ``--NAME`` when False.
     """
-    renames = renames or {}
     for field in dataclasses.fields(cls):
-        if field.name not in helps:
+        if field.name in skip:
             continue
-        flag, default = flag_name(field.name, renames), field.default
-        kw: dict[str, Any] = {"dest": field.name, "default": default, "help": helps[field.name]}
+        default, help_text = field.default, field.metadata["help"]
+        kw: dict[str, Any] = {"dest": field.name, "default": default, "help": help_text}
         if isinstance(default, bool):
             kw["action"] = "store_false" if default else "store_true"
-            flag = renames.get(
-                field.name, f"--no-{field.name.replace('_', '-')}" if default else flag
-            )
-        elif field.name in CHOICES:
-            kw["choices"] = CHOICES[field.name]
-        elif isinstance(default, (int, float)):
-            kw["type"] = int_arg if isinstance(default, int) else float_arg
-        group.add_argument(flag, **kw)
+            kw["help"] = f"off: {help_text}" if default else help_text
+        elif "choices" in field.metadata:
+            kw["choices"] = field.metadata["choices"]
+        elif isinstance(default, float) or str(field.type).startswith("float"):
+            kw["type"] = float_arg
+        elif isinstance(default, int) or str(field.type).startswith("int"):
+            kw["type"] = int_arg
+        group.add_argument(_flag(field), **kw)
 
 
 def config_from_args(

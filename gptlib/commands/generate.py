@@ -1,0 +1,99 @@
+"""``python -m gptlib.generate`` (also ``gptlib-generate``): text from a trained checkpoint.
+
+The command reads a checkpoint written by ``python -m gptlib.train``, encodes the prompt with the
+checkpoint's tokenizer and vocabulary, and prints the continuation that
+:func:`gptlib.generate.generate` samples (chapter 11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gptlib.checkpoint import CheckpointError, load_checkpoint
+from gptlib.commands.options import OneLineParser, float_arg, int_arg, usage_error
+from gptlib.config import resolve_device
+from gptlib.generate import check_options, generate
+from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError
+
+
+def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
+    """Decode ids to text; an id the encoding cannot decode (a gap between its ordinary and
+    special tokens, which a full-size model could in principle sample) becomes U+FFFD."""
+    try:
+        return tokenizer.decode(ids)
+    except KeyError:  # also UnknownTokenError
+        parts = []
+        for i in ids:
+            try:
+                parts.append(tokenizer.decode([i]))
+            except KeyError:
+                parts.append("\ufffd")
+        return "".join(parts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="python -m gptlib.generate",
+        description="Generate text from a checkpoint written by python -m gptlib.train.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="checkpoint file, or the training output folder")
+    p.add_argument("--prompt", "-p", default="\n", help="text to continue")
+    p.add_argument(
+        "--max-new-tokens", "--length", "-n", dest="max_new_tokens", type=int_arg,
+        default=100, help="how many tokens to generate",
+    )  # fmt: skip
+    p.add_argument(
+        "--temperature", "-t", type=float_arg, default=0.8,
+        help="0 = greedy; lower = safer, higher = more varied",
+    )  # fmt: skip
+    p.add_argument("--top-k", "-k", type=int_arg, default=None, help="sample among k best")
+    p.add_argument("--seed", type=int_arg, default=None, help="makes sampling reproducible")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda[:N], mps")
+    p.add_argument("--no-cache", action="store_true", help="do not use the KV cache (slower)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gptlib.generate``: returns the exit status (0 ok, 1 failure, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.prompt == "":
+        parser.error("argument --prompt: the prompt is empty; give at least one character")
+    try:
+        check_options(args.max_new_tokens, args.temperature, args.top_k)
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
+    try:
+        ckpt = load_checkpoint(args.checkpoint, map_location=device)
+        tokenizer = Tokenizer(ckpt.extra.get("encoding") or "cl100k_base", ckpt.vocab)
+        try:
+            prompt = tokenizer.encode(args.prompt)
+        except UnknownTokenError as err:
+            return usage_error(parser.prog, f"the model cannot read this prompt: {err}")
+        if not prompt:
+            return usage_error(parser.prog, "the prompt encodes to no tokens")
+        try:  # generate checks that the prompt's ids fit the model
+            ids = generate(
+                ckpt.model, prompt, args.max_new_tokens, temperature=args.temperature,
+                top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache,
+            )  # fmt: skip
+        except ValueError as err:
+            return usage_error(parser.prog, str(err))
+        print(decode_lenient(tokenizer, ids.tolist()))
+        return 0
+    except (CheckpointError, TokenizerUnavailableError, UnknownTokenError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
