@@ -47,6 +47,7 @@ from gptlib.tokenizer import Vocabulary
 FORMAT = "gptlib-checkpoint"
 VERSION = 1
 DEFAULT_NAME = "checkpoint.pt"  # the file name used inside an output folder
+BEST_NAME = "best.pt"  # beside it: the evaluation with the lowest validation loss
 REQUIRED_KEYS = ("format", "version", "model_state", "model_config", "step")
 
 

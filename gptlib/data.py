@@ -32,6 +32,7 @@ class CorpusSpec:
     sha256: str
     filename: str
     size: int | None = None  # bytes; a download that grows past it is stopped
+    title: str = ""  # how to name it for people ("the sales textbook")
 
 
 CORPORA: dict[str, CorpusSpec] = {
@@ -43,6 +44,7 @@ CORPORA: dict[str, CorpusSpec] = {
         sha256="1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da",
         filename="sales_textbook.txt",
         size=460_319,
+        title="the sales textbook",
     ),
 }
 
@@ -141,6 +143,12 @@ def download(
         reason = getattr(err, "reason", None) or f"{type(err).__name__}: {err}"
         raise _unavailable(url, dest, reason) from err
     return dest
+
+
+def corpus_title(name_or_path: str | os.PathLike) -> str:
+    """A corpus's name for people: a named corpus's title, or a text file's name."""
+    spec = CORPORA.get(str(name_or_path))
+    return (spec.title or str(name_or_path)) if spec is not None else Path(name_or_path).name
 
 
 def corpus_path(name: str) -> Path:

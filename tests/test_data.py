@@ -21,13 +21,13 @@ from gptlib.data import (
     ChecksumError,
     CorpusSpec,
     CorpusUnavailableError,
-    atomic_write_bytes,
     data_dir,
     download,
     get_batch,
     load_corpus,
     train_val_split,
 )
+from gptlib.files import atomic_write_bytes
 
 # ---- get_batch ------------------------------------------------------------------------------
 
