@@ -231,6 +231,60 @@ def test_any_edited_field_loads_or_gets_one_checkpoint_error(
         assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
 
 
+# ---- command-line arguments --------------------------------------------------------------------
+
+CORPUS_TEXT = "The customer asks. The seller answers. A good seller listens first.\n" * 30
+numbers = st.one_of(
+    st.integers(-3, 40).map(str),
+    st.sampled_from(["0", "1e9", "-1", "nan", "inf", "abc", "", "1.5", "0.0", "1e-300"]),
+)
+TRAIN_OPTIONS = {  # option -> values to try (each run trains a few steps at most)
+    "--d-model": numbers, "--n-heads": numbers, "--n-blocks": st.sampled_from(["0", "1", "x"]),
+    "--context-length": numbers, "--batch-size": numbers, "--lr": numbers,
+    "--dropout": numbers, "--layer-norm-eps": numbers, "--warmup-iters": numbers,
+    "--eval-interval": numbers, "--eval-iters": st.sampled_from(["1", "2", "0", "-2"]),
+    "--val-fraction": numbers, "--grad-clip": numbers, "--checkpoint-interval": numbers,
+    "--positions": st.sampled_from(["rope", "learned", "sinusoidal", "bogus"]),
+    "--encoding": st.sampled_from(["cl100k_base", "gpt2", "bogus"]),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cli_corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "corpus.txt"
+    path.write_text(CORPUS_TEXT, encoding="utf-8")
+    return path
+
+
+@bounded(25)
+@given(
+    options=st.dictionaries(st.sampled_from(sorted(TRAIN_OPTIONS)), st.just(None), max_size=4),
+    data=st.data(),
+)
+def test_any_train_arguments_end_in_a_status_not_a_traceback(
+    tmp_path, cli_corpus, capsys, options, data
+):
+    from gptlib.commands import train as train_cli
+
+    argv = [str(cli_corpus), "--out", str(tmp_path / "run"), "--quiet", "--max-iters", "2"]
+    argv += ["--d-model", "8", "--n-heads", "2", "--n-blocks", "1", "--context-length", "4"]
+    for name in options:  # later options win in argparse: these override the small defaults
+        argv += [name, data.draw(TRAIN_OPTIONS[name], label=name)]
+    SEEN["cli"] = SEEN.get("cli", 0) + 1
+    try:
+        code = train_cli.main(argv)
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2), (argv, err)
+    assert "Traceback" not in err
+    if code != 0:
+        assert len(err.strip().splitlines()) == 1 and "error:" in err, (argv, err)
+    else:
+        SEEN["cli ok"] = SEEN.get("cli ok", 0) + 1
+        assert load_checkpoint(tmp_path / "run").step >= 1
+
+
 def test_report_how_many_examples_ran():
     """Runs last in this file: prints the counts for the log (pytest -s shows them)."""
     print(f"\nhypothesis examples: {SEEN}")
