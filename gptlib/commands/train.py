@@ -216,10 +216,10 @@ def _summary(history: dict[str, list[float]], out: Path) -> str:
     )
     best = out / BEST_NAME
     if best.exists():
-        k = min(range(len(history["val_loss"])), key=history["val_loss"].__getitem__)
+        record = read_checkpoint(best)["extra"].get("best") or {}
         text += (
-            f"\n  best: {best} (step {int(history['step'][k])}, the lowest val loss "
-            f"{history['val_loss'][k]:.4f})"
+            f"\n  best: {best} (step {record.get('step')}, the lowest val loss "
+            f"{record.get('val_loss', float('nan')):.4f})"
         )
     return text + f"\n  history: {out / HISTORY_NAME}"
 
