@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,22 @@ from torch import nn
 from gptlib.config import GPTConfig, TrainConfig
 from gptlib.distributed import unwrap
 from gptlib.files import atomic_write
+from gptlib.integrity import (
+    DIGEST_KEY,
+    digest_problem,
+    first_problem,
+    refused_pickle,
+    tensor_bytes,
+    tensor_digest,
+)
 from gptlib.model import GPT
+from gptlib.rundir import disk_full_error
 from gptlib.tokenizer import Vocabulary
 
 FORMAT = "gptlib-checkpoint"
 VERSION = 1
 DEFAULT_NAME = "checkpoint.pt"  # the file name used inside an output folder
+BEST_NAME = "best.pt"  # beside it: the evaluation with the lowest validation loss
 REQUIRED_KEYS = ("format", "version", "model_state", "model_config", "step")
 
 
@@ -118,7 +129,14 @@ def save_checkpoint(
     }
     _check_plain(payload["extra"], "extra")
     _check_plain(payload["train_config"], "train_config")
-    return atomic_write(path, lambda f: torch.save(payload, f))
+    payload[DIGEST_KEY] = {"sha256": tensor_digest(payload)}  # checked again by read_checkpoint
+    try:
+        return atomic_write(path, lambda f: torch.save(payload, f))
+    except (OSError, RuntimeError) as err:  # a full disk shows up as either
+        full = disk_full_error(err, path, tensor_bytes(payload) + (1 << 16))
+        if full is None:
+            raise
+        raise full from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,28 +168,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
         )
     if not path.is_file():
         raise CheckpointError(f"{path} is not a file; pass the path of a checkpoint file")
-    try:
-        raw = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        text = str(err)
-        refused = [ln.strip() for ln in text.splitlines() if "Unsupported global" in ln]
-        if refused:  # the file asks to import and call Python objects: never do that
-            what = refused[0].split(" was not")[0].removeprefix("Unsupported global: ")
-            raise CheckpointError(
-                f"refusing to load {path}: it contains pickled Python objects, not just tensors "
-                f"and plain data ({what}); unpickling it could run arbitrary code. gptlib "
-                "checkpoints never contain such objects: only use files from a source you trust"
-            ) from None
-        detail = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), "")
-        raise CheckpointError(
-            f"{path} is corrupt or was not written by torch.save ({detail or _first_line(err)}); "
-            "it was not loaded. Re-create it, or restore it from a backup"
-        ) from None
-    except (EOFError, RuntimeError, KeyError, ValueError, OSError, IndexError) as err:
-        raise CheckpointError(
-            f"{path} is truncated or corrupt ({type(err).__name__}: {_first_line(err)[:200]}); "
-            "was the save interrupted or the copy incomplete? Re-create it or restore a backup"
-        ) from None
+    raw = _torch_load(path, map_location)
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         hint = ""
         if isinstance(raw, dict) and raw and all(isinstance(v, torch.Tensor) for v in raw.values()):
@@ -180,12 +177,49 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
         raise CheckpointError(f"{path} is an incomplete gptlib checkpoint: missing {missing}")
-    if not isinstance(raw["version"], int) or raw["version"] > VERSION:
+    if isinstance(raw["version"], int) and raw["version"] > VERSION:
         raise CheckpointError(
             f"{path} has checkpoint format version {raw['version']!r}, newer than this gptlib "
             f"understands ({VERSION}); upgrade gptlib"
         )
+    damage = digest_problem(raw)
+    if damage:
+        raise CheckpointError(
+            f"{path} is damaged: {damage}. It was not loaded; restore it from a backup or "
+            "re-create it"
+        )
+    problem = first_problem(raw)
+    if problem:
+        raise CheckpointError(
+            f"{path} is not a valid gptlib checkpoint: {problem}. Was it edited by hand or "
+            "damaged? Restore it from a backup or re-create it"
+        )
     return raw
+
+
+def _torch_load(path: Path, map_location: Any) -> Any:
+    """``torch.load(weights_only=True)`` with every failure turned into one CheckpointError."""
+    try:
+        with warnings.catch_warnings():  # torch's note on unusual pickle protocols: noise here
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        code = refused_pickle(str(err), path)
+        if code:  # the file asks to import and call Python objects: never do that
+            raise CheckpointError(
+                f"refusing to load {path}: {code}. It was refused for safety: unpickling it could "
+                "run arbitrary code. gptlib checkpoints only hold tensors and plain data, so only "
+                "use such a file if it comes from a source you trust"
+            ) from None
+        raise CheckpointError(
+            f"{path} is corrupt or was not written by torch.save ({_first_line(err)[:200]}); "
+            "it was not loaded. Re-create it, or restore it from a backup"
+        ) from None
+    except Exception as err:  # a damaged zip or pickle fails in many ways, all of them here
+        raise CheckpointError(
+            f"{path} is truncated or corrupt ({type(err).__name__}: {_first_line(err)[:200]}); "
+            "was the save interrupted or the copy incomplete? Re-create it or restore a backup"
+        ) from None
 
 
 def migrate_model_config(data: dict) -> dict:

@@ -94,6 +94,10 @@ class GPTConfig:
             problems.append(f"RoPE turns pairs of numbers: head size {self.head_size} must be even")
         if not (math.isfinite(self.rope_base) and self.rope_base > 1.0):
             problems.append(f"rope_base must be a number > 1, got {self.rope_base}")
+        if not (math.isfinite(self.layer_norm_eps) and self.layer_norm_eps > 0):
+            problems.append(
+                f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}"
+            )
         if problems:
             raise ValueError("invalid GPTConfig: " + "; ".join(problems))
 

@@ -8,16 +8,20 @@ from there afterwards. The folder is ``$GPTLIB_DATA_DIR`` when that variable is 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
+from tqdm.auto import tqdm
 
 from gptlib.checks import check_window_fits
-from gptlib.files import atomic_write_bytes, sha256_of
+from gptlib.files import atomic_write, sha256_of
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class CorpusSpec:
     url: str
     sha256: str
     filename: str
+    size: int | None = None  # bytes; a download that grows past it is stopped
+    title: str = ""  # how to name it for people ("the sales textbook")
 
 
 CORPORA: dict[str, CorpusSpec] = {
@@ -37,6 +43,8 @@ CORPORA: dict[str, CorpusSpec] = {
         ),
         sha256="1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da",
         filename="sales_textbook.txt",
+        size=460_319,
+        title="the sales textbook",
     ),
 }
 
@@ -45,8 +53,8 @@ class CorpusUnavailableError(RuntimeError):
     """A corpus is not cached and could not be downloaded."""
 
 
-class ChecksumError(RuntimeError):
-    """Downloaded bytes do not match the expected sha256 (nothing is written)."""
+class ChecksumError(CorpusUnavailableError):
+    """Downloaded or cached bytes do not match the expected sha256 (nothing is written)."""
 
 
 def data_dir() -> Path:
@@ -55,31 +63,92 @@ def data_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "gptlib"
 
 
-def download(url: str, dest: str | os.PathLike, sha256: str | None = None, timeout: float = 30.0):
+DEFAULT_MAX_BYTES = 1 << 30  # a download of unknown size stops at 1 GiB unless told otherwise
+DEFAULT_DEADLINE = 600.0  # seconds for a whole download, however slowly the bytes arrive
+_CHUNK = 1 << 16
+
+
+def _unavailable(url: str, dest: Path, reason: object) -> CorpusUnavailableError:
+    return CorpusUnavailableError(
+        f"could not download {url} ({reason}). If you are offline, download the file on a "
+        f"machine with network access and place it at {dest}"
+    )
+
+
+def _stream(response, f: BinaryIO, limits: tuple[int, float], bar) -> str:
+    """Copy ``response`` into ``f`` within ``limits`` = (max bytes, deadline on the monotonic
+    clock); returns the sha256 of what was read. Raises OSError (with a reason) on a breach."""
+    max_bytes, deadline = limits
+    declared = response.headers.get("Content-Length")
+    declared = int(declared) if declared and declared.isdigit() else None
+    if declared is not None and declared > max_bytes:
+        raise OSError(f"the server announces {declared:,} bytes, more than the limit {max_bytes:,}")
+    bar.reset(total=declared)
+    h, got = hashlib.sha256(), 0
+    while chunk := response.read1(_CHUNK):  # read1: whatever has arrived, so the clock is seen
+        got += len(chunk)
+        if got > max_bytes:
+            raise OSError(f"the response grew past the limit of {max_bytes:,} bytes")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the download took longer than its deadline ({got:,} bytes read)")
+        h.update(chunk)
+        f.write(chunk)
+        bar.update(len(chunk))
+    if declared is not None and got != declared:
+        raise OSError(f"the connection closed after {got:,} of {declared:,} bytes")
+    return h.hexdigest()
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    sha256: str | None = None,
+    timeout: float = 30.0,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    deadline: float = DEFAULT_DEADLINE,
+    progress: bool | None = None,
+) -> Path:
     """Download ``url`` to ``dest`` atomically, checking its sha256 when given.
 
-    On a wrong checksum nothing is written and :class:`ChecksumError` is raised; when the server
-    cannot be reached :class:`CorpusUnavailableError` says where to put the file by hand.
+    The bytes stream into a hidden temporary file beside ``dest`` (never all into memory) and
+    replace ``dest`` only when complete and checked. ``timeout`` bounds each wait for the server,
+    ``deadline`` the whole download in seconds, ``max_bytes`` its size. Every failure (no server,
+    HTTP error, too slow, too large, cut short) raises :class:`CorpusUnavailableError` saying where
+    to put the file by hand; a wrong checksum raises :class:`ChecksumError` (one of them). Nothing
+    is left behind on failure. ``progress``: a progress bar (default: when stderr is a terminal).
     """
     dest = Path(dest)
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            data = response.read()
-    except (urllib.error.URLError, TimeoutError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise CorpusUnavailableError(
-            f"could not download {url} ({reason}). If you are offline, download the file on a "
-            f"machine with network access and place it at {dest}"
-        ) from err
-    if sha256 is not None:
-        got = hashlib.sha256(data).hexdigest()
-        if got != sha256:
+    end = time.monotonic() + deadline
+    disable = None if progress is None else not progress  # None: tqdm's own terminal test
+
+    def fetch(f: BinaryIO) -> None:
+        wait = max(0.001, min(timeout, end - time.monotonic()))
+        with (
+            urllib.request.urlopen(url, timeout=wait) as response,
+            tqdm(desc=dest.name, unit="B", unit_scale=True, disable=disable) as bar,
+        ):
+            got = _stream(response, f, (max_bytes, end), bar)
+        if sha256 is not None and got != sha256:
             raise ChecksumError(
                 f"the file downloaded from {url} has sha256 {got}, expected {sha256}; it was not "
-                f"saved. The download may be truncated or the file may have changed upstream."
+                "saved. The download may be truncated or the file may have changed upstream."
             )
-    atomic_write_bytes(dest, data)
+
+    try:
+        atomic_write(dest, fetch)
+    except ChecksumError:
+        raise
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
+        reason = getattr(err, "reason", None) or f"{type(err).__name__}: {err}"
+        raise _unavailable(url, dest, reason) from err
     return dest
+
+
+def corpus_title(name_or_path: str | os.PathLike) -> str:
+    """A corpus's name for people: a named corpus's title, or a text file's name."""
+    spec = CORPORA.get(str(name_or_path))
+    return (spec.title or str(name_or_path)) if spec is not None else Path(name_or_path).name
 
 
 def corpus_path(name: str) -> Path:
@@ -92,11 +161,14 @@ def load_corpus(
     *,
     url: str | None = None,
     timeout: float = 30.0,
+    max_bytes: int | None = None,
 ) -> str:
     """Return the text of a named corpus (downloading it once) or of any local text file.
 
     ``name_or_path`` is a key of :data:`CORPORA` or a path to a UTF-8 text file. ``url`` overrides
-    where a named corpus is downloaded from (a mirror, or a test server).
+    where a named corpus is downloaded from (a mirror, or a test server); ``timeout`` bounds each
+    wait for its server and ``max_bytes`` its size (default: the corpus's known size). See
+    :func:`download` for the rest of the rules.
     """
     if str(name_or_path) in CORPORA:
         spec = CORPORA[str(name_or_path)]
@@ -108,7 +180,8 @@ def load_corpus(
                     "delete it to download it again"
                 )
         else:
-            download(url or spec.url, path, spec.sha256, timeout=timeout)
+            limit = max_bytes or spec.size or DEFAULT_MAX_BYTES
+            download(url or spec.url, path, spec.sha256, timeout=timeout, max_bytes=limit)
         return path.read_text(encoding="utf-8")
     path = Path(name_or_path)
     if not path.is_file():

@@ -28,6 +28,7 @@ from gptlib.checks import check_token_ids
 from gptlib.data import seeded_generator
 from gptlib.distributed import unwrap
 from gptlib.kv_cache import KVCache
+from gptlib.memory import check_fits, generation_bytes
 from gptlib.model import GPT
 
 __all__ = ["KVCache", "check_options", "generate", "next_token_logits", "sample_next"]
@@ -150,6 +151,12 @@ def _generate(
     check_token_ids(idx, model.config.vocab_size, "the prompt")
     device = next(model.parameters()).device
     B, T0 = idx.shape
+    check_fits(  # before the (B, T0 + new) ids and the cache are allocated
+        generation_bytes(model.config, B, T0, max_new_tokens) - 4 * model.num_parameters(),
+        f"generating {max_new_tokens:,} tokens",
+        "ask for fewer tokens (max_new_tokens, the command line's -n)",
+        device,
+    )
     out = torch.empty(B, T0 + max_new_tokens, dtype=torch.long, device=device)  # (B, T0 + new)
     out[:, :T0] = idx.to(device)
     generator = seeded_generator(seed, device)

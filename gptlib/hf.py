@@ -20,8 +20,10 @@ the functions that need it, so ``import gptlib`` (and this module) never loads i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from gptlib.hf_arch import (  # re-exported: gptlib.hf is the front door
     import_transformers,
     llama_config,
 )
+from gptlib.integrity import refused_pickle
 from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import Tokenizer
 
@@ -426,6 +429,21 @@ def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: 
     except OSError as err:  # transformers reports missing files and network errors this way
         msg = _unavailable_message(name, repo_id, cache_dir)
         raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
+
+
+@contextlib.contextmanager
+def _pickles_refused(where: str | os.PathLike):
+    """Turn transformers' raw UnpicklingError for a ``pytorch_model.bin`` that carries pickled
+    code into one clear error (the file is refused, never run)."""
+    try:
+        yield
+    except pickle.UnpicklingError as err:
+        why = refused_pickle(str(err)) or f"it could not be read safely ({str(err)[:120]})"
+        raise PretrainedUnavailableError(
+            f"refusing to load the weights in {where} (pytorch_model.bin): {why}. It was refused "
+            "for safety: unpickling it could run arbitrary code. Use the model.safetensors file "
+            "of the same model instead (a format that holds only tensors)"
+        ) from None
 
 
 def from_pretrained(

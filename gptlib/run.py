@@ -10,8 +10,11 @@ generator, and the work around them:
   every rank's random states, after checking that it fits the model;
 * **saving** (:meth:`RunState.save`): an atomic checkpoint with every rank's random states, so
   that a resumed run continues exactly where the first one stopped;
-* **stopping** on a non-finite loss (:meth:`RunState.check_loss`) without touching the last
-  checkpoint.
+* **stopping** on a non-finite loss or weights (:meth:`RunState.check_loss`,
+  :meth:`RunState.check_record`, and before every save) without touching the last good
+  checkpoint;
+* **keeping the best** checkpoint, the one with the lowest validation loss, beside the last one
+  (:meth:`RunState.keep_if_best`, ``best.pt`` beside ``checkpoint.pt``).
 
 :class:`Clock` measures training time without the evaluations and saves.
 """
@@ -28,6 +31,8 @@ import torch
 
 from gptlib import distributed
 from gptlib.checkpoint import (
+    BEST_NAME,
+    DEFAULT_NAME,
     CheckpointError,
     config_from_dict,
     load_state_into,
@@ -59,6 +64,18 @@ class RunState:
     encoding: str | None = None
     last_saved: int | None = None  # the step of the last checkpoint written or resumed from
     optimizer_state: dict | None = None  # to load into the optimizer once it exists
+    best: dict | None = None  # {"step", "val_loss"} of the best evaluation so far
+    corpus: str | None = None  # what the run trains on, for people (the web page names it)
+
+    @property
+    def best_path(self) -> Path | None:
+        """Where the best checkpoint goes: ``best.pt`` beside ``checkpoint.pt`` (for another
+        name, ``NAME.best.pt``)."""
+        if self.path is None:
+            return None
+        if self.path.name == DEFAULT_NAME:
+            return self.path.with_name(BEST_NAME)
+        return self.path.with_name(f"{self.path.stem}.best{self.path.suffix}")
 
     @property
     def elapsed(self) -> float:
@@ -83,6 +100,9 @@ class RunState:
         self.history = {k: [float(v) for v in old.get(k, [])] for k in HISTORY_KEYS}
         self.vocab = self.vocab or vocab_from_checkpoint(raw, self.path)
         self.encoding = self.encoding or extra.get("encoding")
+        self.corpus = self.corpus or extra.get("corpus")
+        best = extra.get("best")
+        self.best = best if isinstance(best, dict) and {"step", "val_loss"} <= set(best) else None
         self.optimizer_state = raw.get("optimizer_state")
         self.check_same_step()
         self._restore_rng(extra.get("rng"), config, device)
@@ -145,8 +165,11 @@ class RunState:
         optimizer: torch.optim.Optimizer,
         config: TrainConfig,
         device: torch.device,
+        path: Path | None = None,
     ) -> None:
-        """Write the checkpoint (rank 0) with every rank's random states; all ranks call this."""
+        """Write the checkpoint (rank 0) with every rank's random states; all ranks call this.
+        Weights that are no longer finite are never written: FloatingPointError instead."""
+        self.check_weights(model)
         rng = {
             "torch": torch.get_rng_state(),
             "batch": self.batch_gen.get_state(),
@@ -160,27 +183,64 @@ class RunState:
                 "world_size": info.world_size,
                 "history": self.history,
                 "encoding": self.encoding,
+                "corpus": self.corpus,
+                "best": self.best,
             }
             save_checkpoint(
-                self.path, model, optimizer=optimizer, train_config=config, vocab=self.vocab,
-                step=self.step, extra=extra,
+                path or self.path, model, optimizer=optimizer, train_config=config,
+                vocab=self.vocab, step=self.step, extra=extra,
             )  # fmt: skip
         distributed.barrier()
-        self.last_saved = self.step
+        if path is None:
+            self.last_saved = self.step
 
-    def check_loss(self, loss: float, device: torch.device) -> None:
+    def keep_if_best(
+        self,
+        model: GPT,
+        optimizer: torch.optim.Optimizer,
+        config: TrainConfig,
+        device: torch.device,
+    ) -> bool:
+        """After an evaluation: when its validation loss is the lowest so far, write the best
+        checkpoint (``best_path``) and return True."""
+        val_loss = self.history["val_loss"][-1]
+        if self.path is None or (self.best is not None and val_loss >= self.best["val_loss"]):
+            return False
+        self.best = {"step": self.step, "val_loss": val_loss}
+        self.save(model, optimizer, config, device, path=self.best_path)
+        return True
+
+    def _kept(self) -> str:
+        if self.last_saved is not None and self.path is not None:
+            return (
+                f"the last good checkpoint, {self.path} (step {self.last_saved}), was left intact"
+            )
+        return "no checkpoint was written by this run"
+
+    def _diverged(self, what: str) -> FloatingPointError:
+        return FloatingPointError(
+            f"training stopped: {what} at step {self.step}; {self._kept()}. Try a lower learning "
+            "rate, a warm-up, gradient clipping, or bf16 off"
+        )
+
+    def check_loss(self, loss: float, device: torch.device, what: str = "non-finite loss") -> None:
         """Stop on a non-finite loss (all ranks agree: the verdict uses the mean over ranks)."""
         if distributed.current().enabled:
             loss = float(distributed.all_reduce_mean(torch.tensor(loss, device=device)))
-        if math.isfinite(loss):
-            return
-        kept = "no checkpoint was written by this run"
-        if self.last_saved is not None and self.path is not None:
-            kept = f"the last checkpoint, {self.path} (step {self.last_saved}), was left intact"
-        raise FloatingPointError(
-            f"training stopped: non-finite loss ({loss}) at step {self.step}; {kept}. Try a "
-            "lower learning rate, a warm-up, gradient clipping, or bf16 off"
-        )
+        if not math.isfinite(loss):
+            raise self._diverged(f"{what} ({loss})")
+
+    def check_record(self, record: dict[str, float]) -> None:
+        """Stop when an evaluation gives a non-finite loss (the last update broke the weights)."""
+        for key in ("train_loss", "val_loss"):
+            if not math.isfinite(record[key]):
+                raise self._diverged(f"non-finite {key.replace('_', ' ')} ({record[key]})")
+
+    def check_weights(self, model: GPT) -> None:
+        """Stop before writing weights that hold NaN or infinity."""
+        bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise self._diverged(f"the weights became non-finite ({', '.join(bad[:3])})")
 
     def record(self, record: dict[str, float]) -> None:
         """Append one evaluation's record (the keys of HISTORY_KEYS) to the history."""

@@ -23,12 +23,29 @@ import tiktoken
 
 # Where tiktoken downloads each encoding's files from; tiktoken caches a file under the sha1 of
 # its URL, which is how we can tell a user exactly which file is missing.
+_BLOB = "https://openaipublic.blob.core.windows.net"
 ENCODING_URLS: dict[str, tuple[str, ...]] = {
-    "cl100k_base": ("https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",),
+    "cl100k_base": (f"{_BLOB}/encodings/cl100k_base.tiktoken",),
     "gpt2": (
-        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
-        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+        f"{_BLOB}/gpt-2/encodings/main/vocab.bpe",
+        f"{_BLOB}/gpt-2/encodings/main/encoder.json",
     ),
+    "r50k_base": (f"{_BLOB}/encodings/r50k_base.tiktoken",),
+    "p50k_base": (f"{_BLOB}/encodings/p50k_base.tiktoken",),
+    "p50k_edit": (f"{_BLOB}/encodings/p50k_base.tiktoken",),
+    "o200k_base": (f"{_BLOB}/encodings/o200k_base.tiktoken",),
+    "o200k_harmony": (f"{_BLOB}/encodings/o200k_base.tiktoken",),
+}
+# How many ids each encoding has (its n_vocab), known without loading its files: a stored
+# vocabulary is checked against it.
+ENCODING_SIZES: dict[str, int] = {
+    "gpt2": 50_257,
+    "r50k_base": 50_257,
+    "p50k_base": 50_281,
+    "p50k_edit": 50_284,
+    "cl100k_base": 100_277,
+    "o200k_base": 200_019,
+    "o200k_harmony": 201_088,
 }
 
 
@@ -72,21 +89,36 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
                 f"unknown tiktoken encoding {name!r}; known encodings: {known}"
             ) from err
         # a known name can still fail with a ValueError (tiktoken's download hash check)
-        urls = ENCODING_URLS.get(name, ())
-        missing = [(u, cache_path_for(u)) for u in urls if not os.path.exists(cache_path_for(u))]
-        if not missing:  # cached but still failing: a corrupt file, say
-            raise TokenizerUnavailableError(
-                f"could not load the tiktoken encoding {name!r} ({type(err).__name__}: {err}). "
-                f"Its cached files in {tiktoken_cache_dir()} may be corrupt: delete them and retry "
-                "with network access."
-            ) from err
-        lines = "\n".join(f"  {u}\n    -> save as {p}" for u, p in missing)
-        raise TokenizerUnavailableError(
-            f"could not load the tiktoken encoding {name!r}: it is not cached and could not be "
-            f"downloaded ({type(err).__name__}: {err}). Missing file(s):\n{lines}\n"
-            "Either connect to the internet, or download each URL above to the path shown, or set "
-            "TIKTOKEN_CACHE_DIR to a folder that already holds these files."
-        ) from err
+        raise _unavailable(name, err) from err
+
+
+def _unavailable(name: str, err: Exception) -> TokenizerUnavailableError:
+    """The error for a known encoding whose files failed to load: which are missing (and where
+    each goes), or which cached ones may be damaged."""
+    urls = ENCODING_URLS.get(name, ())
+    paths = [(u, cache_path_for(u)) for u in urls]
+    missing = [(u, p) for u, p in paths if not os.path.exists(p)]
+    why = f"({type(err).__name__}: {err})"
+    if not urls:  # an encoding from a tiktoken plug-in: we do not know its files
+        return TokenizerUnavailableError(
+            f"could not load the tiktoken encoding {name!r} {why}. Its files are not in "
+            f"{tiktoken_cache_dir()} and could not be downloaded: connect to the internet once, or "
+            "set TIKTOKEN_CACHE_DIR to a folder that holds them"
+        )
+    if not missing:  # cached but still failing: those very files are damaged
+        files = ", ".join(p for _, p in paths)
+        return TokenizerUnavailableError(
+            f"could not load the tiktoken encoding {name!r} {why}. Its cached file(s) {files} may "
+            "be damaged: delete just these (nothing else in the cache) and retry with network "
+            "access, or copy them again from a machine where the encoding loads"
+        )
+    lines = "\n".join(f"  {u}\n    -> save as {p}" for u, p in missing)
+    return TokenizerUnavailableError(
+        f"could not load the tiktoken encoding {name!r}: it is not cached and could not be "
+        f"downloaded {why}. Missing file(s):\n{lines}\n"
+        "Either connect to the internet, or download each URL above to the path shown, or set "
+        "TIKTOKEN_CACHE_DIR to a folder that already holds these files."
+    )
 
 
 def token_strings(encoding: tiktoken.Encoding, ids: Iterable[int]) -> list[str]:

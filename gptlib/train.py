@@ -24,6 +24,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,8 +36,11 @@ from gptlib.checkpoint import read_checkpoint, resolve_path
 from gptlib.checks import check_token_ids, check_window_fits
 from gptlib.config import GPTConfig, TrainConfig, resolve_device
 from gptlib.data import get_batch
+from gptlib.interrupt import DeferredInterrupt, TrainingInterrupted
+from gptlib.memory import check_fits, training_bytes
 from gptlib.model import GPT
 from gptlib.run import HISTORY_KEYS, Clock, RunState
+from gptlib.rundir import check_writable
 from gptlib.tokenizer import Vocabulary
 
 __all__ = [
@@ -169,6 +173,7 @@ def train(
     resume: bool | dict = False,
     vocab: Vocabulary | None = None,
     encoding: str | None = None,
+    corpus: str | None = None,
     stop_at: int | None = None,
     quiet: bool = False,
     progress: bool | None = None,
@@ -178,47 +183,112 @@ def train(
 
     Every ``eval_interval`` steps and at the last step, both losses are estimated and each
     ``callback(record)`` gets the record: a dict with the keys of :data:`HISTORY_KEYS`.
-    ``checkpoint_path``: where to save (at the end, and every ``checkpoint_interval`` steps);
+    ``checkpoint_path``: where to save (at the end, and every ``checkpoint_interval`` steps); the
+    evaluation with the lowest validation loss so far is also saved, beside it, as ``best.pt``.
     ``resume=True`` continues from it if it exists (or pass its contents, already read with
     :func:`~gptlib.checkpoint.read_checkpoint`). ``stop_at`` ends this call after that step.
-    ``vocab``, ``encoding`` go into the checkpoint; ``progress`` (default: not ``quiet``) shows a
-    bar. A non-finite loss raises FloatingPointError naming the step."""
-    data, state = (train_data, val_data), RunState(vocab=vocab, encoding=encoding)
+    ``vocab``, ``encoding``, ``corpus`` (a name for people) go into the checkpoint; ``progress``
+    (default: not ``quiet``) shows a bar. A non-finite loss raises FloatingPointError naming the
+    step and the last good checkpoint (never overwritten). Ctrl-C stops after the current step,
+    saves if it can and raises :class:`~gptlib.interrupt.TrainingInterrupted` saying so."""
+    data, state = (train_data, val_data), RunState(vocab=vocab, encoding=encoding, corpus=corpus)
     raw_model, device, resumed = _setup(model, data, config, checkpoint_path, resume, state)
     stop = config.max_iters if stop_at is None else min(int(stop_at), config.max_iters)
     show = distributed.current().is_main and (not quiet if progress is None else progress)
     _note(show and resume is True and not resumed, f"no checkpoint at {state.path}: starting anew")
     _note(show and state.step >= stop, f"nothing to train: the checkpoint is at step {state.step}")
     stepped = distributed.wrap(_fast.FastLoss(raw_model) if config.fast else raw_model, device)
-    optimizer = make_optimizer(raw_model, config, device)
-    state.load_optimizer(optimizer)
+    run = _Run(raw_model, make_optimizer(raw_model, config, device), data, config, state, device)
+    state.load_optimizer(run.optimizer)
     B, T, clip = config.batch_size, raw_model.config.context_length, config.grad_clip
-    amp, clock, was_training = _autocast(device, config), Clock(device), raw_model.training
+    amp, was_training = _autocast(device, config), raw_model.training
     bar = tqdm(total=stop, initial=min(state.step, stop), disable=not show, desc="train")
+    interrupt = DeferredInterrupt(enabled=not distributed.current().enabled)
     try:
-        for step in range(state.step, stop):
-            x, y = get_batch(train_data, B, T, generator=state.batch_gen, device=device)
-            lr = learning_rate_at(step, config)
-            with amp:  # bf16 on CUDA, nothing elsewhere
-                loss = train_step(stepped, optimizer, x, y, lr=lr, grad_clip=clip, fast=config.fast)
-            state.step, clock.steps = step + 1, clock.steps + 1
-            state.check_loss(loss, device)
-            bar.update(1)
-            evaluate, save = state.due(config, stop)
-            if evaluate or save:
-                clock.stop()  # evaluating and saving are not training time
-            if evaluate:
-                record = _evaluate(raw_model, data, config, state, clock, device)
-                bar.set_postfix_str(_postfix(loss, state.history))
-                for callback in callbacks:
-                    callback(record)
-            if save:
-                state.save(raw_model, optimizer, config, device)
-            clock.go()
+        with interrupt:
+            for step in range(state.step, stop):
+                x, y = get_batch(train_data, B, T, generator=state.batch_gen, device=device)
+                lr = learning_rate_at(step, config)
+                with amp:  # bf16 on CUDA, nothing elsewhere
+                    loss = train_step(
+                        stepped, run.optimizer, x, y, lr=lr, grad_clip=clip, fast=config.fast
+                    )
+                state.step, run.clock.steps = step + 1, run.clock.steps + 1
+                state.check_loss(loss, device)
+                bar.update(1)
+                _after_step(run, stop, loss, bar, callbacks, (x, y))
+                if interrupt.requested:  # Ctrl-C came during this step: it is complete now
+                    _stop_interrupted(run, (x, y))
     finally:
         bar.close()
         raw_model.train(was_training)
     return {k: list(v) for k, v in state.history.items()}
+
+
+@dataclass
+class _Run:
+    """What the steps of one :func:`train` call share."""
+
+    model: GPT
+    optimizer: torch.optim.Optimizer
+    data: tuple[torch.Tensor, torch.Tensor]
+    config: TrainConfig
+    state: RunState
+    device: torch.device
+    clock: Clock = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clock = Clock(self.device)
+
+
+def _after_step(run: _Run, stop: int, loss: float, bar, callbacks, batch) -> None:
+    """Evaluate, keep the best checkpoint and save, when due after this step. Weights are saved
+    only when they still give a finite loss: the step's own loss was computed before its update,
+    so an evaluation or a ``batch`` passed through the updated model checks them."""
+    state, args = run.state, (run.model, run.optimizer, run.config, run.device)
+    evaluate, save = state.due(run.config, stop)
+    if evaluate or save:
+        run.clock.stop()  # evaluating and saving are not training time
+    if evaluate:
+        record = _evaluate(run.model, run.data, run.config, state, run.clock, run.device)
+        state.check_record(record)
+        bar.set_postfix_str(_postfix(loss, state.history))
+        state.keep_if_best(*args)
+        for callback in callbacks:
+            callback(record)
+    if save:
+        if not evaluate:
+            _check_updated(run, batch)
+        state.save(*args)
+    run.clock.go()
+
+
+@torch.no_grad()
+def _check_updated(run: _Run, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Stop unless the weights after this step's update still give a finite loss on its batch."""
+    was_training = run.model.training
+    run.model.eval()
+    loss = run.model(*batch)[1].item()
+    run.model.train(was_training)
+    run.state.check_loss(loss, run.device, "the updated weights give a non-finite loss")
+
+
+def _stop_interrupted(run: _Run, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """After Ctrl-C: save the step just finished (when there is somewhere to save it) and raise
+    TrainingInterrupted with what was kept."""
+    state = run.state
+    if state.path is None:
+        raise TrainingInterrupted(
+            f"interrupted at step {state.step}; nothing was saved: give train() a "
+            "checkpoint_path (the command line always has one, --out) to keep the work"
+        )
+    if state.last_saved != state.step:
+        _check_updated(run, batch)
+        state.save(run.model, run.optimizer, run.config, run.device)
+    raise TrainingInterrupted(
+        f"interrupted at step {state.step}: saved {state.path} (step {state.step}); train "
+        "again with resume=True (the command line's --resume) to continue"
+    )
 
 
 def _setup(
@@ -241,16 +311,30 @@ def _setup(
     if resume is not False and checkpoint_path is None:
         raise ValueError("resume=True needs a checkpoint_path to resume from")
     state.path = resolve_path(checkpoint_path) if checkpoint_path is not None else None
+    if state.path is not None and distributed.current().is_main:
+        check_writable(state.path.parent)  # before the first step, not after the last
     raw = resume if isinstance(resume, dict) else None
     if resume is True and state.path.exists():
         raw = read_checkpoint(state.path, map_location="cpu")
     device = resolve_device(config.device, distributed.current().local_rank)
+    _check_memory(raw_model.config, config, device)
     raw_model.to(device)
     if raw is None:
         state.seed(config)
     else:
         state.resume(raw, raw_model, config, device)
     return raw_model, device, raw is not None
+
+
+def _check_memory(model_config: GPTConfig, config: TrainConfig, device: torch.device) -> None:
+    """Refuse a batch whose training step cannot fit, before the first step allocates it."""
+    need = training_bytes(model_config, config.batch_size, device.type)
+    check_fits(
+        need.total - need.weights,  # the weights exist already
+        f"a training step of batch size {config.batch_size}",
+        "use a smaller batch_size (--batch-size) or a smaller model",
+        device,
+    )
 
 
 def _check_data(data: torch.Tensor, name: str, model_config: GPTConfig) -> None:

@@ -8,6 +8,7 @@ import http.server
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +21,13 @@ from gptlib.data import (
     ChecksumError,
     CorpusSpec,
     CorpusUnavailableError,
-    atomic_write_bytes,
     data_dir,
     download,
     get_batch,
     load_corpus,
     train_val_split,
 )
+from gptlib.files import atomic_write_bytes
 
 # ---- get_batch ------------------------------------------------------------------------------
 
@@ -206,6 +207,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {"/corpus.txt": PAYLOAD}
 
     def do_GET(self):  # noqa: N802 (the name http.server expects)
+        misbehave = {"/trickle": self.trickle, "/endless": self.endless, "/cut": self.cut}
+        if self.path in misbehave:
+            try:
+                misbehave[self.path]()
+            except OSError:  # the client hung up, as it should
+                pass
+            return
         body = self.files.get(self.path)
         if body is None:
             self.send_error(404)
@@ -214,6 +222,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def trickle(self):
+        """One byte every 50 ms of a 1,000-byte answer: 50 s in all, unless the client gives up."""
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        for _ in range(1000):
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(0.05)
+
+    def endless(self):
+        """No length, and 64 KiB after 64 KiB (stops at 256 MiB so that the test is bounded)."""
+        self.send_response(200)
+        self.end_headers()
+        block = b"y" * (1 << 16)
+        for _ in range(4096):
+            self.wfile.write(block)
+
+    def cut(self):
+        """Announces 1,000 bytes, sends 10, closes."""
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"z" * 10)
+        self.wfile.flush()
+        self.close_connection = True
 
     def log_message(self, *args):  # keep the test output quiet
         pass
@@ -320,3 +355,67 @@ def test_timeout_gives_the_clear_error(test_corpus):
         with pytest.raises(CorpusUnavailableError, match=message):
             load_corpus("test-corpus", url=url, timeout=0.3)
     assert not (test_corpus / "test.txt").exists()
+
+
+def test_a_trickling_server_hits_the_overall_deadline(server, tmp_path):
+    dest = tmp_path / "cache" / "slow.txt"
+    start = time.monotonic()
+    with pytest.raises(CorpusUnavailableError, match=r"longer than its deadline.*place it at"):
+        download(f"{server}/trickle", dest, None, timeout=5, deadline=0.5)
+    assert time.monotonic() - start < 3  # not the 50 s the server would take
+    assert list(dest.parent.iterdir()) == []  # the partial temporary file is gone
+
+
+def test_an_endless_response_stops_at_the_size_limit(server, tmp_path):
+    dest = tmp_path / "cache" / "huge.txt"
+    with pytest.raises(CorpusUnavailableError, match=r"grew past the limit of 1,048,576 bytes"):
+        download(f"{server}/endless", dest, None, timeout=5, max_bytes=1 << 20)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_a_named_corpus_is_limited_to_its_known_size(server, test_corpus, monkeypatch):
+    spec = CorpusSpec(url="unused", sha256=PAYLOAD_SHA, filename="test.txt", size=len(PAYLOAD))
+    monkeypatch.setitem(gd.CORPORA, "test-corpus", spec)
+    with pytest.raises(CorpusUnavailableError, match=f"limit of {len(PAYLOAD)} bytes"):
+        load_corpus("test-corpus", url=f"{server}/endless", timeout=5)
+    assert load_corpus("test-corpus", url=f"{server}/corpus.txt", timeout=5) == PAYLOAD.decode()
+
+
+def test_an_announced_size_over_the_limit_is_refused_at_once(server, tmp_path):
+    with pytest.raises(CorpusUnavailableError, match="announces 1,000 bytes, more than the limit"):
+        download(f"{server}/trickle", tmp_path / "t.txt", None, timeout=5, max_bytes=999)
+
+
+def test_a_response_cut_short_is_a_clear_error(server, tmp_path):
+    dest = tmp_path / "cache" / "cut.txt"
+    with pytest.raises(CorpusUnavailableError) as info:
+        download(f"{server}/cut", dest, None, timeout=5)
+    assert "could not download" in str(info.value) and "place it at" in str(info.value)
+    assert "10 of 1,000 bytes" in str(info.value) or "IncompleteRead" in str(info.value)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_a_wrong_checksum_is_one_of_the_unavailable_errors(server, tmp_path):
+    with pytest.raises(CorpusUnavailableError, match="has sha256 .* it was not saved"):
+        download(f"{server}/corpus.txt", tmp_path / "c.txt", "0" * 64, timeout=5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_download_streams_into_a_temporary_file_beside_the_cache(server, tmp_path, monkeypatch):
+    seen = []
+    real_stream = gd._stream
+
+    def spy(response, f, limits, bar):
+        seen.append(Path(f.name))
+        return real_stream(response, f, limits, bar)
+
+    monkeypatch.setattr(gd, "_stream", spy)
+    dest = tmp_path / "cache" / "c.txt"
+    download(f"{server}/corpus.txt", dest, PAYLOAD_SHA, timeout=5, progress=True)
+    assert seen[0].parent == dest.parent and seen[0].name.startswith(".c.txt.")
+    assert dest.read_bytes() == PAYLOAD and not seen[0].exists()
+
+
+def test_a_bad_url_is_a_clear_error(tmp_path):
+    with pytest.raises(CorpusUnavailableError, match="could not download nope://x"):
+        download("nope://x", tmp_path / "x.txt")

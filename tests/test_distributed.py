@@ -102,8 +102,10 @@ def test_torchrun_two_cpu_ranks_end_identical_and_resume(tmp_path):
     assert all(r["world_size"] == 2 for r in records)
     assert records[0]["params"] == records[1]["params"]  # DDP kept the ranks identical
     assert records[0]["batch_seed"] != records[1]["batch_seed"]  # but they drew different data
-    # only rank 0 wrote files: one checkpoint, one history, no temporary files
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "history.json"]
+    # only rank 0 wrote files: the last and the best checkpoint, one history, the folder's lock,
+    # no temporary files
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [".gptlib.lock", "best.pt", "checkpoint.pt", "history.json"]
     assert done.stderr.count("step 3: train loss") == 1  # one summary line, from rank 0
     ckpt = load_checkpoint(out)
     assert ckpt.step == 3 and ckpt.extra["world_size"] == 2

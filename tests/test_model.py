@@ -258,6 +258,9 @@ def test_without_the_mask_the_future_would_leak(monkeypatch):
         ({"positions": "rotary"}, r"positions must be one of .*got 'rotary'"),
         ({"activation": "tanh"}, r"activation must be one of .*got 'tanh'"),
         ({"d_model": 9, "n_heads": 3}, "sinusoidal positions need an even d_model, got 9"),
+        ({"layer_norm_eps": -1.0}, "layer_norm_eps must be a small positive number, got -1.0"),
+        ({"layer_norm_eps": 0.0}, "layer_norm_eps must be a small positive number, got 0.0"),
+        ({"layer_norm_eps": float("nan")}, "layer_norm_eps must be a small positive .*got nan"),
     ],
 )
 def test_config_errors(overrides, message):

@@ -30,28 +30,32 @@ LAYERS = {
     "gptlib.distributed": 0,
     "gptlib.kv_cache": 0,
     "gptlib.notebook": 0,
+    "gptlib.rundir": 0,  # the output folder: writable, locked, tidy
+    "gptlib.interrupt": 0,  # Ctrl-C deferred to a step boundary
     "gptlib.data": 1,
     "gptlib.bpe": 1,  # the hand-built BPE of chapter 1, checked against gptlib.tokenizer's
     "gptlib.hf_tokenizer": 0,  # a Hugging Face tokenizer behind gptlib's interface (chapter 13)
     "gptlib.gguf_llama": 0,  # a Llama GGUF file's settings and weights (chapter 13)
     "gptlib.model": 1,
+    "gptlib.integrity": 1,  # checksums and field checks of checkpoint contents
     "gptlib.checkpoint": 2,
     "gptlib.fast": 2,  # the speed paths, each equal to a piece of model / train
     "gptlib.hf_arch": 2,  # GPT-2 and Llama described for the Hugging Face bridge
     "gptlib.hf": 3,  # the bridge's conversions, written once for both
+    "gptlib.memory": 3,  # memory estimates from a configuration (knows fast's loss path)
     "gptlib.example": 2,
     "gptlib.bits": 2,  # bits per byte (chapter 13)
     "gptlib.lora": 2,  # LoRA (chapter 14)
     "gptlib.pretrained": 4,  # SmolLM2 and other pretrained Llamas, through the bridge
     "gptlib.plot": 2,
-    "gptlib.run": 3,  # a training run's state: seeding, resuming, saving
-    "gptlib.generate": 3,
-    "gptlib.train": 4,
-    "gptlib.commands": 5,
-    "gptlib.commands.options": 5,  # argparse helpers shared by the two commands
-    "gptlib.commands.generate": 6,
-    "gptlib.commands.train": 6,
-    "gptlib": 7,  # the package's __init__: re-exports of the lower layers
+    "gptlib.run": 4,  # a training run's state: seeding, resuming, saving
+    "gptlib.generate": 4,
+    "gptlib.train": 5,
+    "gptlib.commands": 6,
+    "gptlib.commands.options": 6,  # argparse helpers shared by the two commands
+    "gptlib.commands.generate": 7,
+    "gptlib.commands.train": 7,
+    "gptlib": 8,  # the package's __init__: re-exports of the lower layers
 }
 
 

@@ -13,6 +13,7 @@ import tiktoken.load
 import tiktoken.registry
 
 from gptlib.tokenizer import (
+    ENCODING_SIZES,
     ENCODING_URLS,
     Tokenizer,
     TokenizerUnavailableError,
@@ -205,8 +206,28 @@ def test_cached_but_unreadable_files_are_called_corrupt(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tiktoken.load, "read_file_cached", broken)
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
-    with pytest.raises(TokenizerUnavailableError, match=r"may be corrupt: delete them"):
+    with pytest.raises(TokenizerUnavailableError) as info:
         get_encoding("cl100k_base")
+    message = str(info.value)
+    assert f"cached file(s) {cache_path_for(CL100K_URL)} may be damaged" in message
+    assert "delete just these (nothing else in the cache)" in message
+
+
+def test_offline_o200k_names_its_missing_file_and_blames_no_cache(offline_empty_cache):
+    """Issue 22, case 10: a missing o200k_base file was reported as a corrupt cache."""
+    cache, attempts = offline_empty_cache
+    url = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+    with pytest.raises(TokenizerUnavailableError) as info:
+        get_encoding("o200k_base")
+    message = str(info.value)
+    assert attempts == [url]
+    assert f"{url}\n    -> save as {cache / hashlib.sha1(url.encode()).hexdigest()}" in message
+    assert "corrupt" not in message and "damaged" not in message and "delete" not in message
+
+
+def test_encoding_sizes_match_tiktoken(cl100k):
+    assert ENCODING_SIZES["cl100k_base"] == cl100k.n_vocab
+    assert set(ENCODING_URLS) <= set(ENCODING_SIZES) <= set(tiktoken.list_encoding_names())
 
 
 def test_encodings_work_again_after_the_offline_tests(cl100k):

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from gptlib.checkpoint import load_checkpoint
-from gptlib.data import atomic_write_bytes
+from gptlib.files import atomic_write_bytes
 from gptlib.tokenizer import get_encoding
 
 FORMAT = "gptbook-web-model"
@@ -113,6 +113,7 @@ def model_payload(checkpoint_path: Path) -> dict:
         "available": True,
         "config": {k: config[k] for k in CONFIG_KEYS},
         "step": ckpt.step,
+        "corpus": ckpt.extra.get("corpus"),  # what it was trained on (None: not recorded)
         "num_parameters": ckpt.model.num_parameters(),
         "tensors": tensors,
         "vocab_ids": vocab_ids,  # model id -> cl100k id (None: the model uses cl100k ids)

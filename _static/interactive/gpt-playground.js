@@ -27,12 +27,13 @@
   const BOOK_CORPUS = "sales-textbook";
 
   /** How the page names the corpus the model was trained on: the `corpus` field of the exported
-   * model (a corpus name or a file path; at the top level, or in a `metadata` object), or the
-   * book's own corpus when an older export has none. */
+   * model (a named corpus's title such as "the sales textbook", its name, or a file's name; at the
+   * top level, or in a `metadata` object), or the book's own corpus when an older export has none. */
   function corpusName(data) {
     const given = data.corpus ?? (data.metadata && data.metadata.corpus);
     const corpus = typeof given === "string" ? given.trim() : "";
     if (!corpus || corpus === BOOK_CORPUS) return "the sales textbook";
+    if (corpus.startsWith("the ")) return corpus; // already a title
     return `the text “${corpus.split(/[\\/]/).pop()}”`;
   }
 

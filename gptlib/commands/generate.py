@@ -21,6 +21,8 @@ from gptlib.config import resolve_device
 from gptlib.generate import check_options, generate
 from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError
 
+MAX_NEW_TOKENS = 1_000_000  # about 4 MB of text: more is a typo, not a wish
+
 
 def decode_lenient(tokenizer: Tokenizer, ids: list[int]) -> str:
     """Decode ids to text; an id the encoding cannot decode (a gap between its ordinary and
@@ -80,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         check_options(args.max_new_tokens, args.temperature, args.top_k)
     except ValueError as err:
         parser.error(str(err))
+    if args.max_new_tokens > MAX_NEW_TOKENS:
+        parser.error(
+            f"argument -n: {args.max_new_tokens:,} tokens is far more than makes sense (a model "
+            f"keeps only its last context-length tokens in view, so a text this long wanders "
+            f"off); ask for at most {MAX_NEW_TOKENS:,}"
+        )
     try:
         device = resolve_device(args.device)
     except ValueError as err:

@@ -18,6 +18,7 @@ import torch
 
 from gptlib import distributed
 from gptlib.checkpoint import (
+    BEST_NAME,
     DEFAULT_NAME,
     CheckpointError,
     config_from_dict,
@@ -35,12 +36,24 @@ from gptlib.commands.options import (
     usage_error,
 )
 from gptlib.config import GPTConfig, TrainConfig, resolve_device
-from gptlib.data import CORPORA, ChecksumError, CorpusUnavailableError, load_corpus, train_val_split
+from gptlib.data import (
+    CORPORA,
+    ChecksumError,
+    CorpusUnavailableError,
+    corpus_title,
+    load_corpus,
+    train_val_split,
+)
 from gptlib.files import atomic_write_bytes
+from gptlib.interrupt import TrainingInterrupted
+from gptlib.memory import check_fits, parameter_count, training_bytes
 from gptlib.model import GPT
 from gptlib.run import batch_seed
+from gptlib.rundir import RunLock, check_writable, remove_stale_temporaries
 from gptlib.tokenizer import Tokenizer, TokenizerUnavailableError, UnknownTokenError, Vocabulary
 from gptlib.train import train
+
+HISTORY_NAME = "history.json"  # the loss history, beside the checkpoints
 
 
 def note(condition: bool, message: str) -> None:
@@ -134,6 +147,25 @@ def _split(ids: torch.Tensor, val_fraction: float, context_length: int):
 def _run(
     args: argparse.Namespace, config: TrainConfig, model_config: GPTConfig, device: torch.device
 ) -> int:
+    """Check the output folder, hold it for this run, then train (all ranks call this; only the
+    main process touches the folder)."""
+    out = Path(args.out)
+    if not distributed.current().is_main:
+        return _train(args, config, model_config, device)
+    check_writable(out)  # before anything slow: a bad --out must not cost a whole run
+    with RunLock(out):
+        stale = remove_stale_temporaries(out, (DEFAULT_NAME, BEST_NAME, HISTORY_NAME))
+        where = f"{out} by an interrupted save"
+        note(
+            bool(stale) and not args.quiet,
+            f"removed {len(stale)} temporary file(s) left in {where}",
+        )
+        return _train(args, config, model_config, device)
+
+
+def _train(
+    args: argparse.Namespace, config: TrainConfig, model_config: GPTConfig, device: torch.device
+) -> int:
     info = distributed.current()
     show = info.is_main and not args.quiet
     out = Path(args.out)
@@ -143,6 +175,13 @@ def _run(
     train_ids, val_ids = _split(ids, args.val_fraction, model_config.context_length)
     if saved is not None:
         note(show, f"resuming from {ckpt} (step {saved['step']}); model options are ignored")
+    check_fits(
+        training_bytes(model_config, config.batch_size, device.type).total,
+        f"training this model ({parameter_count(model_config):,} parameters) with batch size "
+        f"{config.batch_size}",
+        "use a smaller --batch-size, --d-model, --n-blocks or --context-length",
+        device,
+    )
     torch.manual_seed(config.seed)  # the initial weights (DDP then copies rank 0's to all ranks)
     model = GPT(model_config)
     kind = f"compact vocabulary of {len(vocab):,}" if vocab else f"full {encoding}"
@@ -155,23 +194,34 @@ def _run(
     resume = saved if saved is not None else args.resume  # the checkpoint is read only once
     history = train(
         model, train_ids, val_ids, config, checkpoint_path=ckpt, resume=resume, vocab=vocab,
-        quiet=args.quiet, encoding=encoding,
+        quiet=args.quiet, encoding=encoding, corpus=corpus_title(args.corpus),
     )  # fmt: skip
     if info.is_main:
-        atomic_write_bytes(out / "history.json", json.dumps(history, indent=1).encode())
+        atomic_write_bytes(out / HISTORY_NAME, json.dumps(history, indent=1).encode())
     if args.param_digest:
         record = {"rank": info.rank, "world_size": info.world_size}
         record |= {"batch_seed": batch_seed(config.seed, info.rank)}
         record |= {"params": distributed.parameter_digest(model)}
         Path(f"{args.param_digest}.rank{info.rank}").write_text(json.dumps(record))
-    if history["step"]:
-        last = {k: v[-1] for k, v in history.items()}
-        note(
-            show,
-            f"step {int(last['step'])}: train loss {last['train_loss']:.4f}, val loss "
-            f"{last['val_loss']:.4f}; saved {ckpt} and {out / 'history.json'}",
-        )
+    note(show and bool(history["step"]), _summary(history, out))
     return 0
+
+
+def _summary(history: dict[str, list[float]], out: Path) -> str:
+    """What the run ended with, and which file is which."""
+    last = {k: v[-1] for k, v in history.items()}
+    text = (
+        f"step {int(last['step'])}: train loss {last['train_loss']:.4f}, val loss "
+        f"{last['val_loss']:.4f}\n  last: {out / DEFAULT_NAME} (step {int(last['step'])})"
+    )
+    best = out / BEST_NAME
+    if best.exists():
+        record = read_checkpoint(best)["extra"].get("best") or {}
+        text += (
+            f"\n  best: {best} (step {record.get('step')}, the lowest val loss "
+            f"{record.get('val_loss', float('nan')):.4f})"
+        )
+    return text + f"\n  history: {out / HISTORY_NAME}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     except errors as err:
         note(distributed.is_main_process(), f"error: {err}")
         return 1
+    except TrainingInterrupted as err:  # at a step boundary, saved: the message says where
+        note(distributed.is_main_process(), f"error: {err}")
+        return 130
     except KeyboardInterrupt:
-        note(distributed.is_main_process(), "error: interrupted")
+        note(
+            distributed.is_main_process(),
+            "error: interrupted; nothing was saved since the last checkpoint (if any)",
+        )
         return 130
     finally:
         distributed.shutdown()
