@@ -425,7 +425,8 @@ def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: 
         hf_config = transformers.AutoConfig.from_pretrained(repo_id, **kwargs)
         arch = architecture_of(hf_config.model_type, f"{repo_id}'s {CONFIG_FILE}")
         cls = getattr(transformers, arch.hf_class)
-        return cls.from_pretrained(repo_id, config=hf_config, **kwargs)
+        with _pickles_refused(repo_id):
+            return cls.from_pretrained(repo_id, config=hf_config, **kwargs)
     except OSError as err:  # transformers reports missing files and network errors this way
         msg = _unavailable_message(name, repo_id, cache_dir)
         raise PretrainedUnavailableError(f"{msg}\n(transformers said: {err})") from err
@@ -470,7 +471,8 @@ def from_pretrained(
     path = Path(name).expanduser()
     if path.is_dir():
         _check_local_dir(path)
-        hf_model = _folder_class(path).from_pretrained(path, local_files_only=True)
+        with _pickles_refused(path):
+            hf_model = _folder_class(path).from_pretrained(path, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"
