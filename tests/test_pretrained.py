@@ -241,3 +241,18 @@ def test_the_packaged_file_is_where_the_metadata_says():
     path = pretrained.smollm2_path()
     assert path.name == pretrained.SMOLLM2_FILE and path.stat().st_size > 90_000_000
     assert Path(pretrained.resolve_source("smollm2")) == path
+
+
+def test_gptlibs_gguf_reader_equals_transformers_own(smollm2):
+    # gptlib reads the GGUF file itself (gguf_llama.py); transformers has its own GGUF loader,
+    # written independently: every tensor, row order included, must be the same.  Slow (~40 s).
+    import transformers
+
+    with pretrained._quiet_transformers():
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(
+            smollm2.path.parent, gguf_file=smollm2.path.name, torch_dtype=torch.float32
+        )
+    ours, want = smollm2.hf.state_dict(), theirs.state_dict()
+    assert ours.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(ours[name], want[name], atol=0, rtol=0, msg=name)
