@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gptlib.data import atomic_write_bytes
+from gptlib.files import atomic_write_bytes
 from gptlib.model import GPT
 
 FORMAT = "gptlib-lora-adapter"
