@@ -14,6 +14,7 @@ The names ``lora_A`` and ``lora_B`` and the initialisation (``A`` like ``nn.Line
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -27,7 +28,7 @@ from gptlib.files import atomic_write_bytes
 from gptlib.model import GPT
 
 FORMAT = "gptlib-lora-adapter"
-VERSION = 1
+VERSION = 2  # 2 adds "base_sha256", the fingerprint of the weights the adapter was trained on
 DEFAULT_TARGETS = ("attn.W_q", "attn.W_v")  # as in the LoRA paper: queries and values
 
 
@@ -145,9 +146,25 @@ def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
+def base_fingerprint(model: nn.Module, names: list[str]) -> str:
+    """SHA-256 of the frozen weights (and biases) of the layers ``names``, adapted or not: an
+    adapter only makes sense on the exact weights it was trained beside."""
+    digest = hashlib.sha256()
+    for name in names:
+        layer = model.get_submodule(name)
+        layer = layer.base if isinstance(layer, LoRALinear) else layer
+        for tensor in (layer.weight, layer.bias):
+            if tensor is not None:
+                raw = tensor.detach().cpu().contiguous().flatten().view(torch.uint8)
+                digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+                digest.update(raw.numpy().tobytes())
+    return digest.hexdigest()
+
+
 def save_adapter(model: GPT, path: str | os.PathLike) -> Path:
-    """Write the adapter (A and B of every LoRA layer, with its rank, alpha and targets) to
-    ``path`` atomically: a crash leaves the old file or the new one, never half of one."""
+    """Write the adapter (A and B of every LoRA layer, with its rank, alpha, targets and a
+    fingerprint of the frozen weights beside it) to ``path`` atomically, through a temporary
+    file renamed into place: a crash leaves the old file or the new one, never half of one."""
     layers = lora_layers(model)
     if not layers:
         raise ValueError("the model has no LoRA layers to save; call apply_lora(model) first")
@@ -161,6 +178,7 @@ def save_adapter(model: GPT, path: str | os.PathLike) -> Path:
         "alpha": first.alpha,
         "targets": targets,
         "model": {"n_blocks": c.n_blocks, "d_model": c.d_model, "n_heads": c.n_heads},
+        "base_sha256": base_fingerprint(model, sorted(layers)),
         "tensors": adapter_state(model),
     }
     buffer = io.BytesIO()
@@ -177,7 +195,7 @@ def _read_adapter(path: Path) -> dict:
         raise AdapterError(f"{path} is not a readable adapter file: {err}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise AdapterError(f"{path} is not a gptlib LoRA adapter (written by save_adapter)")
-    if payload.get("version") != VERSION:
+    if payload.get("version") not in (1, VERSION):  # version 1: no fingerprint to check
         raise AdapterError(f"{path} has adapter format version {payload.get('version')!r}")
     return payload
 
@@ -192,13 +210,29 @@ def _check_fits(payload: dict, model: GPT, path: Path) -> None:
         )
 
 
-def load_adapter(model: GPT, path: str | os.PathLike) -> list[str]:
+def _check_base(payload: dict, model: GPT, path: Path) -> None:
+    names = [f"blocks.{i}.{t}" for i in range(len(model.blocks)) for t in payload["targets"]]
+    if (
+        "base_sha256" in payload
+        and base_fingerprint(model, sorted(names)) != payload["base_sha256"]
+    ):
+        raise AdapterError(
+            f"the adapter {path} was trained beside other weights than this model's (same shape, "
+            "different numbers, e.g. the base model instead of the instruct one): load it into "
+            "the model it was trained on, or pass check_base=False to load it anyway"
+        )
+
+
+def load_adapter(model: GPT, path: str | os.PathLike, check_base: bool = True) -> list[str]:
     """Add the adapter saved at ``path`` to ``model`` (its base weights frozen, as in training)
     and return the adapted layers' names. Raises :class:`AdapterError`, saying why, for a file
-    that is not an adapter or that does not fit the model."""
+    that is not an adapter, that does not fit the model's shape, or (unless ``check_base`` is
+    false) that was trained beside other weights than the model's."""
     path = Path(path)
     payload = _read_adapter(path)
     _check_fits(payload, model, path)
+    if check_base:
+        _check_base(payload, model, path)
     if not lora_layers(model):
         apply_lora(model, payload["rank"], payload["alpha"], tuple(payload["targets"]))
     expected = {k: v.shape for k, v in adapter_state(model).items()}

@@ -141,6 +141,24 @@ def test_adapters_that_do_not_fit_are_clear_errors(tmp_path):
         lora.load_adapter(llama_tiny(), tmp_path / "missing.pt")
 
 
+def test_an_adapter_refuses_other_weights_of_the_same_shape(tmp_path):
+    model = llama_tiny(seed=0)
+    lora.apply_lora(model, rank=4, alpha=8)
+    randomise_b(model)
+    path = lora.save_adapter(model, tmp_path / "adapter.pt")
+    other = llama_tiny(seed=1)  # same config, different numbers
+    with pytest.raises(lora.AdapterError, match="trained beside other weights"):
+        lora.load_adapter(other, path)
+    assert not lora.lora_layers(other)  # refused before touching the model
+    nudged = llama_tiny(seed=0)
+    with torch.no_grad():
+        nudged.blocks[1].attn.W_v.weight[0, 0] += 1e-3  # one number of one adapted layer
+    with pytest.raises(lora.AdapterError, match="trained beside other weights"):
+        lora.load_adapter(nudged, path)
+    assert lora.load_adapter(other, path, check_base=False) == sorted(lora.lora_layers(model))
+    assert lora.load_adapter(llama_tiny(seed=0), path)  # the weights it was trained on
+
+
 def test_bad_requests_are_clear_errors():
     model = llama_tiny()
     with pytest.raises(ValueError, match="is not a linear layer"):
