@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gptlib import generate as gen_cli
 from gptlib import pretrained
+from gptlib.commands import generate as gen_cli
 from gptlib.generate import KVCache, generate, next_token_logits
 from gptlib.gguf_llama import hf_name, unpermute
 from gptlib.hf import PretrainedUnavailableError
