@@ -222,10 +222,33 @@ def _torch_load(path: Path, map_location: Any) -> Any:
         ) from None
 
 
+# older field names -> today's
+_RENAMED = {"norm": "norm_placement", "layer_norm_eps": "norm_eps"}
+
+
 def migrate_model_config(data: dict) -> dict:
-    """A model_config dict written by an older gptlib, completed for today's fields: a config
-    from before ``scale_embeddings`` existed did not scale the token embeddings."""
-    return {"scale_embeddings": False, **data}
+    """A model_config dict written by an older gptlib, in today's fields.
+
+    - A config from before ``scale_embeddings`` existed did not scale the token embeddings.
+    - ``norm`` is now ``norm_placement``, and ``layer_norm_eps`` is ``norm_eps``.
+    - The feed-forward width had two fields, ``ffn_mult`` and ``ffn_hidden`` (0: from
+      ``ffn_mult``); it is now ``d_ff`` alone.
+    - ``n_kv_heads=0`` meant "as many as n_heads"; that is now ``None``.
+    """
+    data = {"scale_embeddings": False, **data}
+    data = {_RENAMED.get(key, key): value for key, value in data.items()}
+    if "ffn_mult" in data or "ffn_hidden" in data:
+        mult, hidden = data.pop("ffn_mult", 4), data.pop("ffn_hidden", 0)
+        d_model = data.get("d_model")
+        if hidden or not (isinstance(mult, int) and isinstance(d_model, int)):
+            data.setdefault("d_ff", hidden or mult)  # a bad value fails GPTConfig's checks
+        else:
+            width = mult * d_model
+            swiglu = data.get("activation") == "swiglu"
+            data.setdefault("d_ff", round(2 * width / 3) if swiglu else width)
+    if data.get("n_kv_heads") == 0:
+        data["n_kv_heads"] = None
+    return data
 
 
 def config_from_dict(data: Any, path: Path | str = "the checkpoint") -> GPTConfig:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-NORMS = ("pre", "post")  # where the norm sits relative to the residual add (chapter 8)
+NORM_PLACEMENTS = ("pre", "post")  # where the norm sits relative to the residual add (chapter 8)
 NORM_TYPES = ("layernorm", "rmsnorm")  # LayerNorm (chapter 8) or RMSNorm (chapter 13)
 # a fixed sin/cos table added to the tokens (chapter 3), a trained table, or rotary position
 # embeddings that turn queries and keys inside attention (chapter 13)
@@ -61,12 +61,15 @@ class GPTConfig:
     d_model: int = option(64, "C: width of every token vector")
     n_heads: int = option(4, "H: attention heads; must divide d_model")
     n_blocks: int = option(8, "transformer blocks stacked on top of each other")
-    ffn_mult: int = option(4, "feed-forward hidden width = ffn_mult * d_model (see d_ff)")
-    ffn_hidden: int = option(0, "exact feed-forward hidden width; 0: from ffn_mult")
-    n_kv_heads: int = option(0, "heads of keys and values (grouped-query); 0: n_heads")
+    d_ff: int | None = option(None, "feed-forward hidden width; default 4*d_model (SwiGLU: 2/3)")
+    n_kv_heads: int | None = option(None, "heads of keys and values (ch. 13); default n_heads")
     dropout: float = option(0.1, "dropout rate (training only)")
-    norm: str = option("pre", "where the norm sits: before or after each sub-layer", choices=NORMS)
-    norm_type: str = option("layernorm", "LayerNorm or RMSNorm (chapter 13)", choices=NORM_TYPES)
+    norm_placement: str = option(
+        "pre", "where the norm sits: before or after each sub-layer", choices=NORM_PLACEMENTS
+    )
+    norm_type: str = option(
+        "layernorm", "which norm: LayerNorm or RMSNorm (ch. 13)", choices=NORM_TYPES
+    )
     positions: str = option("sinusoidal", "position encoding (rope: chapter 13)", choices=POSITIONS)
     rope_base: float = option(10_000.0, "RoPE base: pair i turns by pos * base^(-2i/head_size)")
     scale_embeddings: bool = option(True, "token embeddings times sqrt(d_model) (chapter 3)")
@@ -76,28 +79,28 @@ class GPTConfig:
     bias: bool = option(True, "biases in Linear and LayerNorm layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output layer")
     final_norm: bool = option(True, "a norm after the last block (needed with pre-norm)")
-    layer_norm_eps: float = option(1e-5, "the epsilon of LayerNorm or RMSNorm")
+    norm_eps: float = option(1e-5, "the epsilon of LayerNorm or RMSNorm")
     fused_attention: bool = option(False, "F.scaled_dot_product_attention, not the book's steps")
 
     def __post_init__(self) -> None:
-        sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks", "ffn_mult")
+        sizes = ("vocab_size", "context_length", "d_model", "n_heads", "n_blocks")
         problems = _positive_ints(self, sizes)
-        problems += _positive_ints(self, ("ffn_hidden", "n_kv_heads"), minimum=0)
+        optional = tuple(n for n in ("d_ff", "n_kv_heads") if getattr(self, n) is not None)
+        problems += [p + " (or None for the default)" for p in _positive_ints(self, optional)]
+        problems += _choices(self)
         if not problems:
+            self._fill_in_widths()
             problems += self._head_problems()
         if not 0.0 <= self.dropout < 1.0:
             problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        problems += _choices(self)
         if self.positions == "sinusoidal" and not problems and self.d_model % 2:
             problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.positions == "rope" and not problems and self.head_size % 2:
             problems.append(f"RoPE turns pairs of numbers: head size {self.head_size} must be even")
         if not (math.isfinite(self.rope_base) and self.rope_base > 1.0):
             problems.append(f"rope_base must be a number > 1, got {self.rope_base}")
-        if not (math.isfinite(self.layer_norm_eps) and self.layer_norm_eps > 0):
-            problems.append(
-                f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}"
-            )
+        if not (math.isfinite(self.norm_eps) and self.norm_eps > 0):
+            problems.append(f"norm_eps must be a small positive number, got {self.norm_eps}")
         if problems:
             raise ValueError("invalid GPTConfig: " + "; ".join(problems))
 
@@ -108,7 +111,7 @@ class GPTConfig:
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) so that "
                 f"every head gets the same size; try n_heads in {divisors}"
             ]
-        if self.n_heads % self.kv_heads:
+        if self.n_heads % self.n_kv_heads:
             divisors = [g for g in range(1, self.n_heads + 1) if self.n_heads % g == 0]
             return [
                 f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}) so that "
@@ -120,21 +123,22 @@ class GPTConfig:
     def head_size(self) -> int:
         return self.d_model // self.n_heads
 
-    @property
-    def kv_heads(self) -> int:
-        """Heads of keys and values: n_kv_heads, or n_heads when it is 0 (chapter 13)."""
-        return self.n_kv_heads or self.n_heads
+    def _fill_in_widths(self) -> None:
+        """The two sizes left out (None) are worked out from the others, once, here.
 
-    @property
-    def d_ff(self) -> int:
-        """The feed-forward hidden width: ffn_hidden when set, else ffn_mult * d_model. SwiGLU has
-        three matrices instead of two, so by default its width is 2/3 of that, which keeps the
-        parameter count (chapter 13)."""
-        if self.ffn_hidden:
-            return self.ffn_hidden
-        if self.activation == "swiglu":
-            return round(2 * self.ffn_mult * self.d_model / 3)
-        return self.ffn_mult * self.d_model
+        ``n_kv_heads`` defaults to ``n_heads``: every query head has its own keys and values, as in
+        chapters 4-7. ``d_ff`` defaults to 4 * d_model (chapter 8). SwiGLU has three matrices
+        instead of two, so its default is 2/3 of that, which keeps the parameter count (chapter 13).
+
+        The filled-in numbers are ordinary field values: ``dataclasses.replace(config,
+        d_model=128)`` keeps ``d_ff``, so pass ``d_ff=None`` (and ``n_kv_heads=None``) with it to
+        have them worked out again.
+        """
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.d_ff is None:
+            four = 4 * self.d_model
+            self.d_ff = round(2 * four / 3) if self.activation == "swiglu" else four
 
     def to_dict(self) -> dict:
         return asdict(self)

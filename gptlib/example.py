@@ -8,7 +8,7 @@ the same sentences and the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -63,17 +63,19 @@ class RunningExample:
     def model(self, seed: int = MODEL_SEED, **overrides) -> GPT:
         """A freshly initialised model of the book's size, seeded, in eval mode (no dropout).
 
-        Keyword arguments override :class:`GPTConfig` fields, e.g. ``norm="post"``.
+        Keyword arguments override :class:`GPTConfig` fields, e.g. ``norm_placement="post"``;
+        the widths the config works out (``d_ff``, ``n_kv_heads``) follow them.
         """
         torch.manual_seed(seed)
-        model = GPT(replace(self.config, **overrides))
+        model = GPT(book_config(self.config.vocab_size, **overrides))
         return model.eval()
 
 
 def book_config(vocab_size: int = BOOK_MODEL.vocab_size, **overrides) -> GPTConfig:
     """The running example's model configuration: :class:`GPTConfig`'s defaults (the book's
-    steps, explicit attention) with ``vocab_size`` and any other field overridden."""
-    return replace(BOOK_MODEL, vocab_size=vocab_size, **overrides)
+    steps, explicit attention) with ``vocab_size`` and any other field overridden. It is built
+    afresh, so ``d_ff`` and ``n_kv_heads`` are worked out for the overridden sizes."""
+    return GPTConfig(vocab_size=vocab_size, **overrides)
 
 
 def running_example(seed: int = BATCH_SEED) -> RunningExample:

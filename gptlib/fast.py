@@ -272,7 +272,7 @@ def attention(attn: MultiHeadAttention, x: torch.Tensor, rope: Rope | None) -> t
 
 def block(blk: TransformerBlock, x: torch.Tensor, rope: Rope | None) -> torch.Tensor:
     """:meth:`gptlib.model.TransformerBlock.forward` (no cache) with :func:`attention`."""
-    if blk.norm == "pre":
+    if blk.norm_placement == "pre":
         x = x + attention(blk.attn, blk.ln1(x), rope)
         return x + blk.ffn(blk.ln2(x))
     x = blk.ln1(x + attention(blk.attn, x, rope))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gptlib.model import GPTConfig
@@ -95,7 +95,8 @@ def _switch_problems(config: GPTConfig, needed: dict[str, Any], who: str) -> lis
 GPT2_VOCAB_SIZE = 50_257  # 50,000 merges + 256 byte tokens + <|endoftext|>
 GPT2_EOT_ID = 50_256  # id of <|endoftext|>, GPT-2's only special token
 GPT2_SWITCHES: dict[str, Any] = {  # what makes a GPTConfig a GPT-2
-    "norm": "pre",
+    "norm_placement": "pre",
+    "norm_type": "layernorm",
     "positions": "learned",
     "scale_embeddings": False,
     "bias": True,
@@ -120,27 +121,28 @@ def gpt2_config(**overrides: Any) -> GPTConfig:
     ``gpt2_config(n_blocks=2, d_model=64, n_heads=4, context_length=32)`` gives a small model of
     the same architecture, handy for tests.
     """
-    base = GPTConfig(
-        **GPT2_SWITCHES,
+    sizes = dict(
         vocab_size=GPT2_VOCAB_SIZE,
         context_length=1024,
         d_model=768,
         n_heads=12,
         n_blocks=12,
-        ffn_mult=4,
         dropout=0.1,
         activation="gelu_tanh",
         tie_embeddings=True,
-        layer_norm_eps=1e-5,
+        norm_eps=1e-5,
         fused_attention=True,  # F.scaled_dot_product_attention: much faster at GPT-2's size
     )
-    return replace(base, **overrides)
+    # built afresh, so that d_ff (4 * d_model) follows an overridden d_model
+    return GPTConfig(**(GPT2_SWITCHES | sizes | overrides))
 
 
 def _gpt2_problems(config: GPTConfig) -> list[str]:
     problems = _switch_problems(config, GPT2_SWITCHES, "GPT-2")
     if config.activation not in _ACTIVATIONS_TO_HF:
         problems.append(f"activation={config.activation!r} has no Hugging Face equivalent")
+    if config.n_kv_heads != config.n_heads:
+        problems.append(f"n_kv_heads={config.n_kv_heads} (GPT-2 gives every head its own keys)")
     return problems
 
 
@@ -157,11 +159,6 @@ def _gpt2_config_problems(c) -> list[str]:
         problems.append(
             f"activation_function={c.activation_function!r} (supported: "
             f"{', '.join(sorted(_ACTIVATIONS_FROM_HF))})"
-        )
-    if c.n_inner is not None and c.n_inner % c.n_embd:
-        problems.append(
-            f"n_inner={c.n_inner} is not a multiple of n_embd={c.n_embd} (gptlib sizes the "
-            "feed-forward layer as ffn_mult * d_model)"
         )
     return problems
 
@@ -184,11 +181,11 @@ def _gpt2_config_from_hf(c, **overrides: Any) -> GPTConfig:
         d_model=c.n_embd,
         n_heads=c.n_head,
         n_blocks=c.n_layer,
-        ffn_mult=4 if c.n_inner is None else c.n_inner // c.n_embd,
+        d_ff=c.n_inner,  # None: 4 * n_embd, for transformers and for gptlib alike
         dropout=float(c.resid_pdrop),
         activation=_ACTIVATIONS_FROM_HF[c.activation_function],
         tie_embeddings=bool(c.tie_word_embeddings),
-        layer_norm_eps=float(c.layer_norm_epsilon),
+        norm_eps=float(c.layer_norm_epsilon),
     )
     return gpt2_config(**(fields | overrides))
 
@@ -202,12 +199,12 @@ def _gpt2_config_to_hf(config: GPTConfig):
         n_embd=config.d_model,
         n_layer=config.n_blocks,
         n_head=config.n_heads,
-        n_inner=None if config.ffn_mult == 4 else config.d_ff,
+        n_inner=None if config.d_ff == 4 * config.d_model else config.d_ff,
         activation_function=_ACTIVATIONS_TO_HF[config.activation],
         resid_pdrop=config.dropout,
         embd_pdrop=config.dropout,
         attn_pdrop=config.dropout,
-        layer_norm_epsilon=config.layer_norm_eps,
+        layer_norm_epsilon=config.norm_eps,
         tie_word_embeddings=config.tie_embeddings,
         bos_token_id=eot,
         eos_token_id=eot,
@@ -253,7 +250,7 @@ check_gpt2_compatible = GPT2.check
 # --------------------------------------------------------------------------------------------
 
 LLAMA_SWITCHES: dict[str, Any] = {  # what makes a GPTConfig a Llama
-    "norm": "pre",
+    "norm_placement": "pre",
     "norm_type": "rmsnorm",
     "positions": "rope",
     "activation": "swiglu",
@@ -267,15 +264,9 @@ def llama_config(**overrides: Any) -> GPTConfig:
 
     ``llama_config(n_kv_heads=2)`` is the book's model as a Llama with grouped-query attention.
     """
-    base = GPTConfig(
-        **LLAMA_SWITCHES,
-        bias=False,
-        tie_embeddings=False,
-        layer_norm_eps=1e-6,
-        dropout=0.0,
-        fused_attention=True,
-    )
-    return replace(base, **overrides)
+    sizes = dict(bias=False, tie_embeddings=False, norm_eps=1e-6, dropout=0.0, fused_attention=True)
+    # built afresh, so that d_ff and n_kv_heads follow an overridden d_model or n_heads
+    return GPTConfig(**(LLAMA_SWITCHES | sizes | overrides))
 
 
 def _llama_problems(config: GPTConfig) -> list[str]:
@@ -310,21 +301,20 @@ def _llama_config_from_hf(c, **overrides: Any) -> GPTConfig:
     problems = _llama_config_problems(c, kind)
     if problems:
         raise ValueError("cannot convert this LlamaConfig to gptlib: " + "; ".join(problems))
-    heads, kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
-    automatic = llama_config(d_model=c.hidden_size, n_heads=heads).d_ff
+    heads = c.num_attention_heads
     fields = dict(
         vocab_size=c.vocab_size,
         context_length=c.max_position_embeddings,
         d_model=c.hidden_size,
         n_heads=heads,
-        n_kv_heads=0 if kv_heads == heads else kv_heads,
+        n_kv_heads=c.num_key_value_heads or heads,
         n_blocks=c.num_hidden_layers,
-        ffn_hidden=0 if c.intermediate_size == automatic else c.intermediate_size,
+        d_ff=c.intermediate_size,
         dropout=float(c.attention_dropout),
         rope_base=base,
         bias=bool(c.attention_bias),
         tie_embeddings=bool(c.tie_word_embeddings),
-        layer_norm_eps=float(c.rms_norm_eps),
+        norm_eps=float(c.rms_norm_eps),
     )
     return llama_config(**(fields | overrides))
 
@@ -336,11 +326,11 @@ def _llama_config_to_hf(config: GPTConfig):
         intermediate_size=config.d_ff,
         num_hidden_layers=config.n_blocks,
         num_attention_heads=config.n_heads,
-        num_key_value_heads=config.kv_heads,
+        num_key_value_heads=config.n_kv_heads,
         head_dim=config.head_size,
         hidden_act="silu",
         max_position_embeddings=config.context_length,
-        rms_norm_eps=config.layer_norm_eps,
+        rms_norm_eps=config.norm_eps,
         tie_word_embeddings=config.tie_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_base},
         attention_bias=config.bias,

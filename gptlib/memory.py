@@ -39,7 +39,7 @@ def _norm_params(c: GPTConfig) -> int:
 def parameter_count(c: GPTConfig) -> int:
     """The number of parameters :class:`~gptlib.model.GPT` builds for ``c`` (a tied output layer
     counted once), computed from the sizes alone."""
-    C, F, kv = c.d_model, c.d_ff, c.kv_heads * c.head_size
+    C, F, kv = c.d_model, c.d_ff, c.n_kv_heads * c.head_size
     attention = 2 * C * C + 2 * C * kv + (2 * C + 2 * kv if c.bias else 0)
     if c.activation == "swiglu":
         ffn = 3 * C * F + (2 * F + C if c.bias else 0)
@@ -55,10 +55,10 @@ def parameter_count(c: GPTConfig) -> int:
 
 def _activation_floats_per_token(c: GPTConfig, T: int, dropout: bool, device_type: str) -> int:
     """Floats a training step keeps per token for back-propagation (all blocks, no logits)."""
-    C, F, H, kv = c.d_model, c.d_ff, c.n_heads, c.kv_heads * c.head_size
+    C, F, H, kv = c.d_model, c.d_ff, c.n_heads, c.n_kv_heads * c.head_size
     per_block = 10 * C + 2 * kv  # norms in/out, q k v, heads joined, projections, residuals
     per_block += (4 if c.activation == "swiglu" else 2) * F  # hidden layer before/after
-    if c.kv_heads != H:
+    if c.n_kv_heads != H:
         per_block += 2 * C  # keys and values repeated for every query head
     if not c.fused_attention or (dropout and device_type == "cpu"):  # weights materialised
         per_block += (3 if dropout else 2) * H * T  # scores, softmax, dropped weights
@@ -102,7 +102,7 @@ def generation_bytes(c: GPTConfig, batch_size: int, prompt_length: int, new_toke
     and the text they decode to, a few bytes each)."""
     T = min(c.context_length, prompt_length + new_tokens)
     B = batch_size
-    cache = 2 * c.n_blocks * B * T * c.kv_heads * c.head_size
+    cache = 2 * c.n_blocks * B * T * c.n_kv_heads * c.head_size
     one_block = _activation_floats_per_token(c, T, False, "cpu") // c.n_blocks
     window = B * T * (one_block + c.d_ff)  # a forward pass frees each block's tensors
     floats = parameter_count(c) + cache + window + B * T * c.vocab_size

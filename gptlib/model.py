@@ -317,8 +317,8 @@ def rms_norm(
 def make_norm(config: GPTConfig) -> nn.Module:
     """The normalisation layer ``config.norm_type`` names: LayerNorm or RMSNorm (no bias)."""
     if config.norm_type == "rmsnorm":
-        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
 
 
 class FeedForward(nn.Module):
@@ -383,17 +383,17 @@ def make_feed_forward(config: GPTConfig) -> nn.Module:
 class TransformerBlock(nn.Module):
     """Attention then feed-forward, each wrapped in a residual connection and a norm.
 
-    ``norm="post"`` (the 2017 paper): x = LN(x + sublayer(x)).
-    ``norm="pre"`` (GPT-2 and most code since): x = x + sublayer(LN(x)).
+    ``norm_placement="post"`` (the 2017 paper): x = LN(x + sublayer(x)).
+    ``norm_placement="pre"`` (GPT-2 and most code since): x = x + sublayer(LN(x)).
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         c = config
-        self.norm = c.norm
+        self.norm_placement = c.norm_placement
         self.ln1 = make_norm(c)
         self.attn = MultiHeadAttention(
-            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, c.kv_heads
+            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, c.n_kv_heads
         )
         self.ln2 = make_norm(c)
         self.ffn = make_feed_forward(c)
@@ -402,7 +402,7 @@ class TransformerBlock(nn.Module):
         self, x: torch.Tensor, cache: LayerCache | None = None, rope: Rope | None = None
     ) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C); ``cache`` and ``rope`` go to the attention layer."""
-        if self.norm == "pre":
+        if self.norm_placement == "pre":
             x = x + self.attn(self.ln1(x), cache, rope)
             return x + self.ffn(self.ln2(x))
         x = self.ln1(x + self.attn(x, cache, rope))
@@ -410,7 +410,7 @@ class TransformerBlock(nn.Module):
 
     def attention_weights(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """The block's attention weights (B, H, T, T) for its input x (B, T, C)."""
-        pre = self.norm == "pre"
+        pre = self.norm_placement == "pre"
         return self.attn.attention_weights(self.ln1(x) if pre else x, rope)
 
 

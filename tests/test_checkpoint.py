@@ -249,6 +249,39 @@ def test_the_migration_fills_in_only_what_older_files_lack():
     assert ckpt_module.migrate_model_config(new) is not new  # and the input is not modified
 
 
+def _in_old_names(config: dict, ffn_mult: int = 4, ffn_hidden: int = 0) -> dict:
+    """A model_config as gptlib wrote it before the renames (``norm``, ``layer_norm_eps``,
+    ``ffn_mult``/``ffn_hidden``, and ``n_kv_heads=0`` for "as many as n_heads")."""
+    old = {k: v for k, v in config.items() if k not in ("d_ff", "norm_placement", "norm_eps")}
+    old |= {"norm": config["norm_placement"], "layer_norm_eps": config["norm_eps"]}
+    old |= {"ffn_mult": ffn_mult, "ffn_hidden": ffn_hidden}
+    if old["n_kv_heads"] == old["n_heads"]:
+        old["n_kv_heads"] = 0
+    return old
+
+
+@pytest.mark.parametrize(
+    ("new", "mult", "hidden"),
+    [
+        ({}, 4, 0),  # the book's model: d_ff = 4 * d_model, one key/value head per head
+        ({"norm_placement": "post", "norm_eps": 1e-4, "d_ff": 32}, 2, 0),  # ffn_mult 2
+        ({"activation": "swiglu"}, 4, 0),  # SwiGLU's default width, 2/3 of 4 * d_model
+        ({"activation": "swiglu", "n_kv_heads": 2, "d_ff": 24}, 4, 24),  # an exact ffn_hidden
+    ],
+)
+def test_configs_in_the_old_names_load_as_the_same_model(tmp_path, new, mult, hidden):
+    model = tiny_model(3, **new)
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, step=5)
+    raw = torch.load(path, weights_only=True)
+    raw["model_config"] = _in_old_names(raw["model_config"], mult, hidden)
+    torch.save(raw, path)
+    loaded = load_checkpoint(path)
+    assert loaded.model_config == model.config
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(loaded.model(ids)[0], model(ids)[0])
+
+
 def test_a_train_config_from_before_the_fast_switch_loads_with_it_on(tmp_path):
     # older files have no `fast` field: they trained through the fast paths, today's default
     path = tmp_path / "checkpoint.pt"

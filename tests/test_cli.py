@@ -117,7 +117,7 @@ def test_help_texts(capsys):
     code, out, _ = run(train_cli.main, ["--help"], capsys)
     assert code == 0 and "--max-iters" in out and "torchrun" in out and "--full-vocab" in out
     # one option per configuration field, named after it (a few keep their historic names)
-    for flag in ("--d-model", "--ffn-mult", "--no-bias", "--no-final-norm", "--layer-norm-eps"):
+    for flag in ("--d-model", "--d-ff", "--no-bias", "--no-final-norm", "--norm-eps"):
         assert flag in out
     for flag in ("--lr", "--no-bf16", "--grad-clip", "--checkpoint-interval", "--attention"):
         assert flag in out
@@ -163,7 +163,12 @@ def test_modern_switches_from_the_command_line(corpus, tmp_path, capsys):
     argv += ["--n-kv-heads", "1", "--no-bias", "--rope-base", "500", "--eval-iters", "1"]
     assert run(train_cli.main, argv, capsys)[0] == 0
     c = load_checkpoint(tmp_path).model_config
-    assert (c.positions, c.norm_type, c.activation, c.kv_heads) == ("rope", "rmsnorm", "swiglu", 1)
+    assert (c.positions, c.norm_type, c.activation, c.n_kv_heads) == (
+        "rope",
+        "rmsnorm",
+        "swiglu",
+        1,
+    )
     assert not c.bias and c.rope_base == 500.0
 
 

@@ -65,10 +65,10 @@ def test_config_is_the_books(ex):
     assert c.vocab_size == 100_070 == int(ex.ids.max()) + 1
     assert (c.context_length, c.d_model, c.n_heads, c.n_blocks) == (16, 64, 4, 8)
     assert (D_MODEL, N_HEADS, N_BLOCKS) == (64, 4, 8)
-    assert c.ffn_mult == 4 and c.dropout == 0.1 and c.fused_attention is False
+    assert c.d_ff == 256 and c.n_kv_heads == 4 and c.dropout == 0.1 and c.fused_attention is False
     assert book_config(vocab_size=100_070) == c
     assert book_config() == GPTConfig()  # GPTConfig's defaults are the book's model
-    assert book_config(vocab_size=10, norm="post").norm == "post"
+    assert book_config(vocab_size=10, norm_placement="post").norm_placement == "post"
 
 
 def test_model_is_seeded_and_in_eval_mode(ex):
@@ -87,6 +87,8 @@ def test_model_is_seeded_and_in_eval_mode(ex):
 
 
 def test_model_overrides(ex):
-    post = ex.model(norm="post", n_blocks=2)
-    assert post.config.norm == "post" and len(post.blocks) == 2
-    assert ex.config.norm == "pre" and ex.config.n_blocks == 8  # the shared config is unchanged
+    post = ex.model(norm_placement="post", n_blocks=2)
+    assert post.config.norm_placement == "post" and len(post.blocks) == 2
+    assert (
+        ex.config.norm_placement == "pre" and ex.config.n_blocks == 8
+    )  # the shared config is unchanged

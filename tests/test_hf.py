@@ -98,7 +98,7 @@ def test_importing_gptlib_does_not_import_transformers():
 
 def test_gpt2_config_has_gpt2_switches_and_124m_parameters():
     c = gpt2_config()
-    assert (c.norm, c.positions, c.activation) == ("pre", "learned", "gelu_tanh")
+    assert (c.norm_placement, c.positions, c.activation) == ("pre", "learned", "gelu_tanh")
     assert c.bias and c.tie_embeddings and c.final_norm
     assert (c.vocab_size, c.context_length, c.d_model, c.n_heads, c.n_blocks) == (
         50257,
@@ -119,7 +119,7 @@ def test_config_from_hf_of_default_gpt2_config_is_gpt2_config():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"ffn_mult": 2}, {"tie_embeddings": False}, {"activation": "relu", "dropout": 0.0}],
+    [{}, {"d_ff": 128}, {"tie_embeddings": False}, {"activation": "relu", "dropout": 0.0}],
 )
 def test_config_round_trip(overrides):
     config = gpt2_config(n_blocks=2, n_heads=4, d_model=64, context_length=32, **overrides)
@@ -130,13 +130,15 @@ def test_config_from_hf_maps_n_inner_and_activation_names():
     c = config_from_hf(
         GPT2Config(n_embd=64, n_head=4, n_inner=192, activation_function="gelu_pytorch_tanh")
     )
-    assert c.ffn_mult == 3 and c.d_ff == 192 and c.activation == "gelu_tanh"
+    assert c.d_ff == 192 and c.activation == "gelu_tanh"
+    odd = config_from_hf(GPT2Config(n_embd=64, n_head=4, n_inner=100))  # any width, not k * C
+    assert odd.d_ff == 100 and config_to_hf(odd).n_inner == 100
+    assert config_to_hf(replace(odd, d_ff=256)).n_inner is None  # 4 * C: transformers' default
 
 
 @pytest.mark.parametrize(
     "hf_kwargs, message",
     [
-        ({"n_embd": 64, "n_head": 4, "n_inner": 100}, "n_inner=100 is not a multiple of n_embd=64"),
         ({"activation_function": "silu"}, "activation_function='silu'"),
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
         ({"add_cross_attention": True}, "cross-attention"),
@@ -157,8 +159,8 @@ def test_config_from_hf_rejects_other_model_types():
 def test_book_config_cannot_become_gpt2():
     book = GPTConfig()  # the book's defaults: sinusoidal positions, ReLU, untied
     with pytest.raises(ValueError, match="cannot be expressed as a GPT-2") as err:
-        config_to_hf(replace(book, norm="post"))
-    assert "positions='sinusoidal'" in str(err.value) and "norm='post'" in str(err.value)
+        config_to_hf(replace(book, norm_placement="post"))
+    assert "positions='sinusoidal'" in str(err.value) and "norm_placement='post'" in str(err.value)
 
 
 def test_different_dropout_rates_warn():

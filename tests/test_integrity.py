@@ -134,9 +134,9 @@ EDITS = {
         lambda r: r["model_config"].update(dropout=float("inf")),
         r"model_config\['dropout'\] must be a float, got inf",
     ),
-    "layer_norm_eps": (
-        lambda r: r["model_config"].update(layer_norm_eps=-1.0),
-        "model_config is invalid .*layer_norm_eps",
+    "norm_eps": (
+        lambda r: r["model_config"].update(norm_eps=-1.0),
+        "model_config is invalid .*norm_eps",
     ),
     "model_state list": (
         lambda r: r.update(model_state=list(r["model_state"].values())),

@@ -27,7 +27,9 @@ def randomise_norms(module: torch.nn.Module, seed: int) -> None:
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
 def test_kv_cache_gives_the_full_forward_logits(fused, norm, positions):
-    model = tiny_model(0, torch.float64, fused_attention=fused, norm=norm, positions=positions)
+    model = tiny_model(
+        0, torch.float64, fused_attention=fused, norm_placement=norm, positions=positions
+    )
     randomise_norms(model, 1)
     # rtol=0, atol=1e-10 in float64 here and below: the cached and the full pass compute the
     # same sums in different shapes (different kernels), so they agree to rounding, not bits
@@ -157,7 +159,7 @@ def test_any_object_with_the_cache_methods_works_as_a_cache():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"fused_attention": True}, {}, {"positions": "learned", "norm": "post"}],
+    [{"fused_attention": True}, {}, {"positions": "learned", "norm_placement": "post"}],
     ids=["fused", "explicit", "learned-post"],
 )
 def test_cache_gives_the_same_greedy_tokens_past_the_context(overrides):

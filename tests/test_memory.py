@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_parameter_count_matches_the_model_for_every_switch():
     switches = itertools.product(
         ["relu", "swiglu"], ["sinusoidal", "learned", "rope"], ["layernorm", "rmsnorm"],
-        [True, False], [True, False], [True, False], [0, 2],
+        [True, False], [True, False], [True, False], [None, 2],
     )  # fmt: skip
     for act, pos, norm, bias, tie, final, kv in switches:
         config = GPTConfig(

@@ -66,7 +66,7 @@ def test_layer_norm_by_hand_matches_nn_layer_norm(seed, shape, eps):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_the_blocks_layer_norms_match_nn_layer_norm(bias):
-    config = replace(SMALL, bias=bias, layer_norm_eps=1e-4)
+    config = replace(SMALL, bias=bias, norm_eps=1e-4)
     block = TransformerBlock(config).double()
     randomise_norms(block, seed=3)
     x = torch.randn(2, 6, 16, dtype=torch.float64)
@@ -82,16 +82,16 @@ def test_the_blocks_layer_norms_match_nn_layer_norm(bias):
 # ---- a block against nn.TransformerEncoderLayer -------------------------------------------
 
 
-def block_and_reference(norm: str, seed: int, d_model=16, n_heads=4, ffn_mult=2, fused=True):
+def block_and_reference(norm: str, seed: int, d_model=16, n_heads=4, d_ff=32, fused=True):
     config = GPTConfig(
         vocab_size=10,
         context_length=16,
         d_model=d_model,
         n_heads=n_heads,
         n_blocks=1,
-        ffn_mult=ffn_mult,
+        d_ff=d_ff,
         dropout=0.0,
-        norm=norm,
+        norm_placement=norm,
         fused_attention=fused,
     )
     torch.manual_seed(seed)
@@ -187,7 +187,9 @@ def test_feed_forward_rejects_unknown_activation():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_explicit_and_fused_models_agree(norm, positions, seed):
     # dropout > 0 in the config, but eval mode turns it off on both paths
-    model = small_model(seed, norm=norm, positions=positions, dropout=0.2, fused_attention=True)
+    model = small_model(
+        seed, norm_placement=norm, positions=positions, dropout=0.2, fused_attention=True
+    )
     idx = random_ids(seed, 3, 12)
     with torch.no_grad():
         fused, _ = model(idx)
@@ -203,7 +205,7 @@ def test_explicit_and_fused_models_agree(norm, positions, seed):
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_future_tokens_never_change_earlier_logits(fused, norm):
-    model = small_model(0, torch.float64, fused_attention=fused, norm=norm)
+    model = small_model(0, torch.float64, fused_attention=fused, norm_placement=norm)
     idx = random_ids(0, 2, 12)
     with torch.no_grad():
         base, _ = model(idx)
@@ -246,21 +248,25 @@ def test_without_the_mask_the_future_would_leak(monkeypatch):
         ({"d_model": 0}, "d_model must be a positive integer, got 0"),
         ({"n_heads": 0}, "n_heads must be a positive integer, got 0"),
         ({"n_blocks": 0}, "n_blocks must be a positive integer, got 0"),
-        ({"ffn_mult": -1}, "ffn_mult must be a positive integer, got -1"),
+        ({"d_ff": -1}, "d_ff must be a positive integer, got -1"),
+        ({"n_kv_heads": 0}, "n_kv_heads must be a positive integer, got 0"),
         ({"d_model": 16.0}, "d_model must be a positive integer, got 16.0"),
         ({"n_blocks": True}, "n_blocks must be a positive integer, got True"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
         (
-            {"norm": "middle"},
-            r"norm must be one of \('pre', 'post'\), got 'middle'",
+            {"norm_placement": "middle"},
+            r"norm_placement must be one of \('pre', 'post'\), got 'middle'",
         ),
         ({"positions": "rotary"}, r"positions must be one of .*got 'rotary'"),
         ({"activation": "tanh"}, r"activation must be one of .*got 'tanh'"),
-        ({"d_model": 9, "n_heads": 3}, "sinusoidal positions need an even d_model, got 9"),
-        ({"layer_norm_eps": -1.0}, "layer_norm_eps must be a small positive number, got -1.0"),
-        ({"layer_norm_eps": 0.0}, "layer_norm_eps must be a small positive number, got 0.0"),
-        ({"layer_norm_eps": float("nan")}, "layer_norm_eps must be a small positive .*got nan"),
+        (
+            {"d_model": 9, "n_heads": 3, "n_kv_heads": None},
+            "sinusoidal positions need an even d_model, got 9",
+        ),
+        ({"norm_eps": -1.0}, "norm_eps must be a small positive number, got -1.0"),
+        ({"norm_eps": 0.0}, "norm_eps must be a small positive number, got 0.0"),
+        ({"norm_eps": float("nan")}, "norm_eps must be a small positive .*got nan"),
     ],
 )
 def test_config_errors(overrides, message):
@@ -269,8 +275,10 @@ def test_config_errors(overrides, message):
 
 
 def test_config_reports_every_problem_at_once():
-    with pytest.raises(ValueError, match="vocab_size must .*; dropout must .*; norm must"):
-        replace(SMALL, vocab_size=0, dropout=2.0, norm="x")
+    with pytest.raises(
+        ValueError, match="vocab_size must .*; norm_placement must .*; dropout must"
+    ):
+        replace(SMALL, vocab_size=0, dropout=2.0, norm_placement="x")
 
 
 def test_config_derived_sizes():
@@ -397,7 +405,7 @@ def test_tied_embeddings_share_storage_and_count_once():
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("fused", [False, True])
 def test_attention_weights(norm, fused):
-    model = small_model(0, torch.float64, norm=norm, fused_attention=fused)
+    model = small_model(0, torch.float64, norm_placement=norm, fused_attention=fused)
     randomise_norms(model, 2)
     with torch.no_grad():  # larger projections, so the maps are far from uniform
         for block in model.blocks:
@@ -458,7 +466,7 @@ def test_tiny_model_memorises_a_sequence(norm, fused):
         n_heads=2,
         n_blocks=2,
         dropout=0.0,
-        norm=norm,
+        norm_placement=norm,
         fused_attention=fused,
     )
     model = GPT(config)

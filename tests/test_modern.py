@@ -124,7 +124,7 @@ def test_swiglu_by_hand_and_its_width_keeps_the_parameter_count():
     assert config.d_ff == round(2 * 4 * 64 / 3) == 171
     swiglu = sum(p.numel() for p in SwiGLUFeedForward(64, config.d_ff, bias=False).parameters())
     assert abs(swiglu - 8 * 64 * 64) / (8 * 64 * 64) < 0.01  # vs Linear(64, 256) + Linear(256, 64)
-    assert tiny_config(activation="swiglu", ffn_hidden=24).d_ff == 24
+    assert tiny_config(activation="swiglu", d_ff=24).d_ff == 24
 
 
 def test_swiglu_is_its_own_layer():
@@ -178,7 +178,7 @@ def test_n_kv_heads_must_divide_n_heads():
         ValueError, match=r"n_kv_heads \(3\) must divide n_heads \(4\).*\[1, 2, 4\]"
     ):
         tiny_config(n_kv_heads=3)
-    with pytest.raises(ValueError, match="n_kv_heads must be an integer >= 0"):
+    with pytest.raises(ValueError, match="n_kv_heads must be a positive integer, got -1"):
         tiny_config(n_kv_heads=-1)
     with pytest.raises(ValueError, match="head size 3 must be even"):
         tiny_config(d_model=12, n_heads=4, positions="rope")
@@ -211,7 +211,7 @@ def test_every_variant_gives_the_same_logits_with_the_kv_cache(overrides, fused)
         steps = [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 12)]
     cached = torch.cat([first, *steps], dim=1)
     torch.testing.assert_close(cached, full, rtol=0, atol=1e-10)  # same sums, other shapes
-    kv_heads = model.config.kv_heads
+    kv_heads = model.config.n_kv_heads
     assert all(k.shape == (2, kv_heads, 12, 4) == v.shape for k, v in cache.layers)
 
 

@@ -35,7 +35,7 @@ def _no_grad():
 
 def test_the_model_has_smollm2s_shape(smollm2):
     c = smollm2.model.config
-    assert (c.n_blocks, c.d_model, c.n_heads, c.kv_heads, c.vocab_size) == (30, 576, 9, 3, 49152)
+    assert (c.n_blocks, c.d_model, c.n_heads, c.n_kv_heads, c.vocab_size) == (30, 576, 9, 3, 49152)
     assert c.tie_embeddings and smollm2.model.lm_head.weight is smollm2.model.token_embedding.weight
     assert smollm2.model.num_parameters() == smollm2.hf.num_parameters() == 134_515_008
     assert not smollm2.model.training

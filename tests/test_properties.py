@@ -19,7 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from gptlib.config import ACTIVATIONS, NORM_TYPES, NORMS, POSITIONS, GPTConfig, TrainConfig
+from gptlib.config import (
+    ACTIVATIONS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    POSITIONS,
+    GPTConfig,
+    TrainConfig,
+)
 from gptlib.integrity import DIGEST_KEY, tensor_digest
 from gptlib.memory import generation_bytes, parameter_count, training_bytes
 from gptlib.model import GPT
@@ -57,11 +64,10 @@ WILD = {  # any value, mostly wrong ones
     "d_model": sizes,
     "n_heads": sizes,
     "n_blocks": st.integers(-1, 3),
-    "ffn_mult": st.integers(-1, 4),
-    "ffn_hidden": st.integers(-1, 40),
-    "n_kv_heads": st.integers(-1, 8),
+    "d_ff": st.one_of(st.none(), st.integers(-1, 40)),
+    "n_kv_heads": st.one_of(st.none(), st.integers(-1, 8)),
     "dropout": floats,
-    "norm": choice(NORMS),
+    "norm_placement": choice(NORM_PLACEMENTS),
     "norm_type": choice(NORM_TYPES),
     "positions": choice(POSITIONS),
     "rope_base": st.one_of(floats, st.floats(1.5, 1e6)),
@@ -69,7 +75,7 @@ WILD = {  # any value, mostly wrong ones
     "bias": st.booleans(),
     "tie_embeddings": st.booleans(),
     "final_norm": st.booleans(),
-    "layer_norm_eps": st.one_of(floats, st.just(1e-5)),
+    "norm_eps": st.one_of(floats, st.just(1e-5)),
 }
 SENSIBLE = {  # values that mostly fit together
     **WILD,
@@ -78,16 +84,15 @@ SENSIBLE = {  # values that mostly fit together
     "d_model": st.sampled_from([4, 8, 12, 16, 24]),
     "n_heads": st.sampled_from([1, 2, 4]),
     "n_blocks": st.integers(1, 3),
-    "ffn_mult": st.integers(1, 4),
-    "ffn_hidden": st.sampled_from([0, 0, 8, 20]),
-    "n_kv_heads": st.sampled_from([0, 0, 1, 2]),
+    "d_ff": st.sampled_from([None, None, 8, 20]),
+    "n_kv_heads": st.sampled_from([None, None, 1, 2]),
     "dropout": st.floats(0.0, 0.9),
-    "norm": st.sampled_from(NORMS),
+    "norm_placement": st.sampled_from(NORM_PLACEMENTS),
     "norm_type": st.sampled_from(NORM_TYPES),
     "positions": st.sampled_from(POSITIONS),
     "rope_base": st.floats(2.0, 1e5),
     "activation": st.sampled_from(ACTIVATIONS),
-    "layer_norm_eps": st.floats(1e-8, 1e-2),
+    "norm_eps": st.floats(1e-8, 1e-2),
 }
 
 
@@ -203,7 +208,7 @@ FIELDS = [
     ("model_config",), ("model_state",), ("optimizer_state",), (DIGEST_KEY,),
     ("extra", "encoding"), ("extra", "history"), ("vocab", 0), ("vocab", -1),
     ("model_config", "vocab_size"), ("model_config", "d_model"), ("model_config", "dropout"),
-    ("model_config", "positions"), ("model_config", "bias"), ("model_config", "layer_norm_eps"),
+    ("model_config", "positions"), ("model_config", "bias"), ("model_config", "norm_eps"),
     ("train_config", "batch_size"), ("train_config", "learning_rate"),
     ("model_state", "lm_head.weight"), ("model_state", "token_embedding.weight"),
 ]  # fmt: skip
@@ -241,7 +246,7 @@ numbers = st.one_of(
 TRAIN_OPTIONS = {  # option -> values to try (each run trains a few steps at most)
     "--d-model": numbers, "--n-heads": numbers, "--n-blocks": st.sampled_from(["0", "1", "x"]),
     "--context-length": numbers, "--batch-size": numbers, "--lr": numbers,
-    "--dropout": numbers, "--layer-norm-eps": numbers, "--warmup-iters": numbers,
+    "--dropout": numbers, "--norm-eps": numbers, "--warmup-iters": numbers,
     "--eval-interval": numbers, "--eval-iters": st.sampled_from(["1", "2", "0", "-2"]),
     "--val-fraction": numbers, "--grad-clip": numbers, "--checkpoint-interval": numbers,
     "--positions": st.sampled_from(["rope", "learned", "sinusoidal", "bogus"]),

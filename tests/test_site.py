@@ -877,7 +877,13 @@ def test_page_model_handles_other_configs(model_page, tokenizer: Tokenizer, tmp_
     """Learned positions, unscaled embeddings, GELU, post-LN, no biases, a tied output layer: same
     logits as PyTorch."""
     variants = [
-        dict(positions="learned", activation="gelu", norm="post", bias=False, tie_embeddings=True),
+        dict(
+            positions="learned",
+            activation="gelu",
+            norm_placement="post",
+            bias=False,
+            tie_embeddings=True,
+        ),
         dict(scale_embeddings=False),
         dict(activation="gelu_tanh", final_norm=False, n_heads=2),
     ]

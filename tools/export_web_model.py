@@ -33,7 +33,7 @@ from gptlib.files import atomic_write_bytes
 from gptlib.tokenizer import get_encoding
 
 FORMAT = "gptbook-web-model"
-VERSION = 1
+VERSION = 2  # 2: config fields d_ff, norm_placement and norm_eps
 # The split pattern that gpt-tokenizer.js re-implements; a tiktoken that changes it must fail here
 CL100K_PATTERN = (
     r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
@@ -45,15 +45,15 @@ CONFIG_KEYS = (
     "d_model",
     "n_heads",
     "n_blocks",
-    "ffn_mult",
-    "norm",
+    "d_ff",
+    "norm_placement",
     "positions",
     "scale_embeddings",
     "activation",
     "bias",
     "tie_embeddings",
     "final_norm",
-    "layer_norm_eps",
+    "norm_eps",
 )
 
 
@@ -67,8 +67,6 @@ def _js_file(path: Path, global_name: str, payload: dict) -> int:
 # chapter 13's switches, which the page's JavaScript model does not implement: their book values
 BOOK_ONLY = {
     "norm_type": "layernorm",
-    "n_kv_heads": 0,
-    "ffn_hidden": 0,
     "positions": ("sinusoidal", "learned"),
     "activation": ("relu", "gelu", "gelu_tanh"),
 }
@@ -81,6 +79,8 @@ def check_exportable(config: dict, where: str) -> None:
         for k, ok in BOOK_ONLY.items()
         if config.get(k) not in (ok if isinstance(ok, tuple) else (ok,))
     ]
+    if config.get("n_kv_heads") != config.get("n_heads"):  # grouped-query attention
+        bad.append(f"n_kv_heads={config.get('n_kv_heads')!r}")
     if bad:
         raise ValueError(
             f"{where}: the in-browser model runs the book's architecture only, not "

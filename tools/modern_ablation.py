@@ -11,7 +11,7 @@ AdamW with a cosine schedule, one CPU thread), the book's model and variants of 
   see how far two runs of the same model land apart.
 
 A variant whose parameter count differs from the book model's by more than 1% gets the
-feed-forward width (``ffn_hidden``) that brings it closest, so every model has (almost) the same
+feed-forward width (``d_ff``) that brings it closest, so every model has (almost) the same
 number of parameters. Each run records the validation-loss curve and, at the end, the loss over
 the whole validation split. After the training runs, the same process times training steps of
 every variant, interleaved round by round (the machine may be shared: interleaving spreads any
@@ -85,12 +85,14 @@ def n_params(config: GPTConfig) -> int:
 def matched_config(base: GPTConfig, changes: dict) -> GPTConfig:
     """``base`` with ``changes``; if that moves the parameter count by more than 1%, the
     feed-forward width that brings it closest to ``base``'s count."""
-    target, config = n_params(base), replace(base, **changes)
+    # d_ff and n_kv_heads None: worked out again for the changed switches (see GPTConfig)
+    target = n_params(base)
+    config = replace(base, **({"d_ff": None, "n_kv_heads": None} | changes))
     if abs(n_params(config) - target) <= PARAM_TOLERANCE * target:
         return config
     widths = range(8, 8 * config.d_model + 1)
-    best = min(widths, key=lambda h: abs(n_params(replace(config, ffn_hidden=h)) - target))
-    return replace(config, ffn_hidden=best)
+    best = min(widths, key=lambda h: abs(n_params(replace(config, d_ff=h)) - target))
+    return replace(config, d_ff=best)
 
 
 @torch.no_grad()

@@ -170,8 +170,8 @@
 
     /** Chapter 8: Linear -> activation -> Linear, on one vector. */
     feedForward(prefix, x) {
-      const { d_model: C, ffn_mult: mult } = this.config;
-      const hidden = linear(this.w(`${prefix}.linear1.weight`), this.w(`${prefix}.linear1.bias`), x, (mult || 4) * C);
+      const { d_ff: dFF } = this.config;
+      const hidden = linear(this.w(`${prefix}.linear1.weight`), this.w(`${prefix}.linear1.bias`), x, dFF);
       const act = ACTIVATIONS[this.config.activation];
       for (let i = 0; i < hidden.length; i++) hidden[i] = act(hidden[i]);
       return linear(this.w(`${prefix}.linear2.weight`), this.w(`${prefix}.linear2.bias`), hidden, C);
@@ -180,10 +180,10 @@
     /** Chapter 8: one block, pre-LN (x + f(LN(x))) or post-LN (LN(x + f(x))). */
     block(b, xs, keepWeights = true) {
       const p = `blocks.${b}`;
-      const eps = this.config.layer_norm_eps;
+      const eps = this.config.norm_eps;
       const ln = (name, x) => layerNorm(x, this.w(`${p}.${name}.weight`), this.w(`${p}.${name}.bias`), eps);
       const add = (a, c) => a.map((v, i) => v + c[i]);
-      if (this.config.norm === "post") {
+      if (this.config.norm_placement === "post") {
         const { out, weights } = this.attention(`${p}.attn`, xs, keepWeights);
         const ys = xs.map((x, t) => ln("ln1", add(x, out[t])));
         return { xs: ys.map((y) => ln("ln2", add(y, this.feedForward(`${p}.ffn`, y)))), weights };
@@ -197,7 +197,7 @@
      * lastOnly) and every block's attention weights [block][head][query][key] (null with
      * attention: false, which saves building maps nobody looks at). */
     forward(ids, { lastOnly = false, attention: keepWeights = true } = {}) {
-      const { n_blocks: nBlocks, context_length: T, vocab_size: V, layer_norm_eps: eps } = this.config;
+      const { n_blocks: nBlocks, context_length: T, vocab_size: V, norm_eps: eps } = this.config;
       if (ids.length < 1 || ids.length > T) throw new Error(`give 1 to ${T} tokens, not ${ids.length}`);
       let xs = this.embed(ids);
       const attention = keepWeights ? [] : null;
