@@ -25,7 +25,7 @@ def _to_numpy(m) -> np.ndarray:
     return np.asarray(m, dtype=float)
 
 
-def _annotate(ax: Axes, im, m: np.ndarray, hidden: np.ndarray, fmt: str) -> None:
+def _annotate(ax: Axes, im, m: np.ndarray, hidden: np.ndarray, fmt: str, fontsize: float) -> None:
     """Write every visible cell's value into it, white on dark cells and black on light ones."""
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
@@ -34,7 +34,13 @@ def _annotate(ax: Axes, im, m: np.ndarray, hidden: np.ndarray, fmt: str) -> None
                 dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
                 color = "white" if dark else "black"
                 ax.text(
-                    j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=6, color=color
+                    j,
+                    i,
+                    fmt.format(m[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=fontsize,
+                    color=color,
                 )
 
 
@@ -63,6 +69,7 @@ def heatmap(
     colorbar: bool = True,
     annotate: bool = False,
     fmt: str = "{:.2f}",
+    annotate_size: float = 6,
     xlabel: str | None = None,
     ylabel: str | None = None,
     vmin: float | None = None,
@@ -74,6 +81,8 @@ def heatmap(
     non-finite cells (-inf after masking) are greyed out too. ``signed`` picks a diverging colour
     map centred on 0 (default: when the matrix has negative values). Pass the same ``vmin`` and
     ``vmax`` to panels that are compared, so that one colour means one value everywhere.
+    ``annotate`` writes each visible value into its cell (``fmt``, ``annotate_size`` points):
+    raise the size for small matrices drawn large, so that it stays legible on the page.
     """
     m = _to_numpy(matrix)
     if m.ndim != 2:
@@ -97,7 +106,7 @@ def heatmap(
     if col_labels is not None:
         ax.set_xticks(range(len(col_labels)), labels=list(col_labels), fontsize=8, rotation=90)
     if annotate:
-        _annotate(ax, im, m, hidden, fmt)
+        _annotate(ax, im, m, hidden, fmt, annotate_size)
     if title:
         ax.set_title(title)
     if xlabel:

@@ -88,6 +88,13 @@ def test_heatmap_annotations_and_explicit_axes():
     out = heatmap(m, ax=ax, annotate=True, fmt="{:.1f}", mask=np.array([[1, 0], [1, 1]]))
     assert out is ax
     assert sorted(t.get_text() for t in ax.texts) == ["0.2", "0.8", "1.0"]  # masked cell skipped
+    assert {t.get_fontsize() for t in ax.texts} == {6}  # the default, for large matrices
+
+
+def test_heatmap_annotation_size_can_be_raised():
+    fig, ax = plt.subplots()
+    heatmap(np.eye(3), ax=ax, annotate=True, annotate_size=11)
+    assert len(ax.texts) == 9 and {t.get_fontsize() for t in ax.texts} == {11}
 
 
 def test_heatmap_needs_a_matrix():
