@@ -460,7 +460,12 @@ class GPT(nn.Module):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        # GPT-2's initialisation: small normal weights, zero biases
+        # Every Linear and Embedding weight drawn from N(0, 0.02^2), every Linear bias zero; the
+        # norms keep PyTorch's scale 1 and shift 0. This is GPT-2's 0.02 but not all of GPT-2's
+        # scheme: GPT-2 also divides the std of the two layers that write into the residual stream
+        # (attention's W_o and the feed-forward's second layer) by sqrt(2 * n_blocks), so that
+        # the stream's variance at the last block does not grow with depth. The book leaves that
+        # factor out; its stored runs were trained from this initialisation.
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
