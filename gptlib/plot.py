@@ -13,7 +13,6 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 VALUES_CMAP = "viridis"
 SIGNED_CMAP = "RdBu_r"
@@ -119,7 +118,7 @@ def positional_encoding_heatmap(pe, ax: Axes | None = None, title: str | None = 
     ax.set_xlabel("dimension")
     ax.set_ylabel("position")
     for axis in (ax.xaxis, ax.yaxis):  # positions and dimensions are whole numbers
-        axis.set_major_locator(MaxNLocator(integer=True))
+        axis.get_major_locator().set_params(integer=True)  # the default AutoLocator's option
     ax.set_title(title or f"Sinusoidal positional encoding ({pe.shape[0]} × {pe.shape[1]})")
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
     return ax
