@@ -126,6 +126,8 @@ def positional_encoding_heatmap(pe, ax: Axes | None = None, title: str | None = 
     im = ax.imshow(pe, cmap=SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     ax.set_xlabel("dimension")
     ax.set_ylabel("position")
+    for axis in (ax.xaxis, ax.yaxis):  # positions and dimensions are whole numbers
+        axis.get_major_locator().set_params(integer=True)  # the default AutoLocator's option
     ax.set_title(title or f"Sinusoidal positional encoding ({pe.shape[0]} × {pe.shape[1]})")
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
     return ax

@@ -110,6 +110,8 @@ def test_positional_encoding_heatmap():
     (image,) = ax.images
     assert image.get_array().shape == (16, 32) and image.get_clim() == (-1.0, 1.0)
     assert image.get_cmap().name == SIGNED_CMAP
+    ticks = [*ax.get_xticks(), *ax.get_yticks()]
+    assert all(float(t).is_integer() for t in ticks)  # no position 2.5
     assert positional_encoding_heatmap(pe, title="PE").get_title() == "PE"
 
 
