@@ -8,13 +8,15 @@ Reads the stored files only: no notebook is executed and nothing is downloaded.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
+
+from gptlib.notebook import DIGITS
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = ROOT / "glossary.md"
@@ -39,6 +41,7 @@ FENCE_OPEN = re.compile(r"^\s*(`{3,}|:{3,}|~{3,})\s*(\{([\w:-]+)\})?")
 # ---- reading the files -----------------------------------------------------------------------
 
 
+@functools.cache
 def _cells(path: Path) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cells"]
 
@@ -232,15 +235,44 @@ def significant_digits(shown: str) -> int:
     return len(re.sub(r"\D", "", mantissa).lstrip("0"))
 
 
-def carried_digits(stored: str) -> int:
-    """How many significant digits a glued float carries: its stored text without the zeros
-    that only pad it (``4.25`` -> 3, ``65500.0`` -> 3, ``0.0284`` -> 3)."""
-    return len(Decimal(stored).normalize().as_tuple().digits)
+def glue_digits(path: Path) -> list[tuple[re.Pattern[str], int]]:
+    """(name pattern, digits) of every ``glue(name, value, digits=N)`` call in a notebook's code:
+    the significant digits :func:`gptlib.notebook.glue` kept (``DIGITS`` unless told)."""
+    out = []
+    for cell in _cells(path):
+        if cell["cell_type"] != "code":
+            continue
+        lines = _source(cell).splitlines()
+        code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "glue"):
+                continue
+            name = call.args[0] if call.args else None
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                pattern = re.escape(name.value)
+            elif isinstance(name, ast.JoinedStr):  # f"ch1_start_{k}": any text where {k} is
+                parts = [
+                    re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in name.values
+                ]
+                pattern = "".join(parts)
+            else:
+                continue
+            given = [k.value for k in call.keywords if k.arg == "digits"] + call.args[2:3]
+            digits = DIGITS
+            if given and isinstance(given[0], ast.Constant) and isinstance(given[0].value, int):
+                digits = given[0].value
+            out.append((re.compile(pattern + r"\Z"), digits))
+    return out
 
 
-def overclaims(stored: str, fmt: str) -> str | None:
-    """The formatted text, if ``fmt`` shows more significant digits than ``stored`` carries;
-    ``None`` when the format is honest (or is not a number format with a precision)."""
+def overclaims(stored: str, fmt: str, digits: int = DIGITS) -> str | None:
+    """The formatted text, if ``fmt`` shows more significant digits than the ``digits`` that
+    glue kept of the value (``stored`` is its text); ``None`` when the format is honest, or is
+    not a number format with a precision."""
     try:
         value = ast.literal_eval(stored)
     except (ValueError, SyntaxError):
@@ -250,36 +282,64 @@ def overclaims(stored: str, fmt: str) -> str | None:
     if fmt[-1] not in "eEfFgG%":
         return None
     shown = format(value, fmt)
-    return shown if significant_digits(shown) > carried_digits(stored) else None
+    return shown if significant_digits(shown) > digits else None
 
 
 def test_the_digit_check_catches_padded_zeros() -> None:
-    assert overclaims("4.25", ".3f") == "4.250"  # digits=3 shown as :.3f (issue 23, error 4)
-    assert overclaims("23.93", ".4f") == "23.9300"
-    assert overclaims("65500.0", ",.0f") == "65,500"  # float16's 65,504 rounded to 4 digits
+    assert overclaims("4.25", ".3f", digits=3) == "4.250"  # issue 23, error 4
+    assert overclaims("23.93", ".4f") == "23.9300"  # 4 digits kept, 6 shown
+    assert overclaims("65500.0", ",.0f") == "65,500"  # float16's 65,504 kept to 4 digits
     assert overclaims("4.248", ".3f") is None
+    assert overclaims("1.0", ".3f") is None  # kept to 4 digits: 1.000 is what was measured
     assert overclaims("83.24", ".0f") is None
-    assert overclaims("0.0284", ".3f") is None and overclaims("0.832", ".1%") is None
+    assert overclaims("0.0284", ".3f", digits=3) is None and overclaims("0.832", ".1%") is None
     assert overclaims("100277", ",.2f") is None  # an integer is exact
     assert overclaims("'text'", "s") is None and overclaims("65500.0", ",") is None
 
 
-def test_every_glue_role_names_a_glued_value_and_shows_no_digit_that_was_not_glued() -> None:
-    missing, padded = [], []
+def test_the_digits_of_each_glue_call_are_read_from_the_code(tmp_path: Path) -> None:
+    code = 'glue("a", x, digits=3)\nglue(f"b_{k}", y)\nglue("c", z, 2)'
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+    calls = glue_digits(notebook)
+    assert [d for _, d in calls] == [3, DIGITS, 2]
+    assert digits_for("a", calls) == 3 and digits_for("b_7", calls) == DIGITS
+    assert digits_for("c", calls) == 2 and digits_for("unknown", calls) == DIGITS
+
+
+def digits_for(key: str, calls: list[tuple[re.Pattern[str], int]]) -> int:
+    """The digits kept for the glued name ``key`` (the fewest, if several calls could match)."""
+    return min((d for pattern, d in calls if pattern.match(key)), default=DIGITS)
+
+
+def glue_roles() -> list[tuple[Path, str, str, dict[str, str], int]]:
+    """(notebook, glue name, format, the notebook's glued values, digits kept) for every
+    {glue:text} role that pastes from its own notebook (``path::name`` roles are resolved by
+    myst-nb elsewhere)."""
+    out = []
     for path in NOTEBOOKS:
-        values = glued_values(path)
+        values, calls = glued_values(path), glue_digits(path)
         for text in _markdown_of(path):
             for content in GLUE_TEXT_ROLE.findall(text):
-                key, _, fmt = content.partition(":")
-                if "::" in content:  # glued in another document: myst-nb resolves it there
-                    continue
-                if key not in values:
-                    missing.append(f"{path.name}: {key}")
-                elif fmt and (shown := overclaims(values[key], fmt)):
-                    padded.append(f"{path.name}: {content} shows {shown}, glued {values[key]}")
+                if "::" not in content:
+                    key, _, fmt = content.partition(":")
+                    out.append((path, key, fmt, values, digits_for(key, calls)))
+    return out
+
+
+def test_every_glue_role_names_a_value_its_notebook_glued() -> None:
+    missing = [f"{p.name}: {key}" for p, key, _, values, _ in glue_roles() if key not in values]
     assert not missing, "glue roles with no glued value (re-execute the notebook?):\n" + "\n".join(
         missing
     )
+
+
+def test_no_glue_format_shows_a_digit_that_was_not_glued() -> None:
+    padded = [
+        f"{p.name}: {key}:{fmt} shows {shown}, glued {values[key]}"
+        for p, key, fmt, values, digits in glue_roles()
+        if key in values and fmt and (shown := overclaims(values[key], fmt, digits))
+    ]
     assert not padded, (
         "formats that show digits that were never glued (glue more digits, or ask the format "
         "for fewer):\n" + "\n".join(padded)

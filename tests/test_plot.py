@@ -12,6 +12,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 
 from gptlib.config import GPTConfig
 from gptlib.model import causal_mask, sinusoidal_positional_encoding
@@ -240,7 +241,7 @@ def test_pipeline_diagram_labels_fit_their_boxes_even_in_bold():
         ax = pipeline_diagram(highlight)
         to_data = ax.transData.inverted()
         boxes = ax.patches[: len(PIPELINE_STEPS)]
-        labels = ax.texts[: len(PIPELINE_STEPS)]
+        labels = [t for t in ax.texts if not isinstance(t, Annotation)][: len(PIPELINE_STEPS)]
         for (key, label), box, text in zip(PIPELINE_STEPS, boxes, labels, strict=True):
             assert text.get_text() == label
             extent = text.get_window_extent().transformed(to_data)
