@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 VALUES_CMAP = "viridis"
 SIGNED_CMAP = "RdBu_r"
@@ -237,7 +238,7 @@ def loss_curves(
 # "layernorm" and "residual" name two boxes each (one per sublayer).
 PIPELINE_STEPS: tuple[tuple[str, str], ...] = (
     ("tokenize", "text →\ntoken ids"),
-    ("embed", "token\nembedding"),
+    ("embed", "token\nembedding\n× √d_model"),
     ("position", "+ positions"),
     ("layernorm", "Layer-\nNorm"),
     ("qkv", "Q, K, V\n& heads"),
@@ -262,7 +263,19 @@ def _pipeline_box(ax: Axes, i: int, label: str, on: bool, w: float) -> None:
     face, edge = ("#f28e2b", "#b35806") if on else ("#e8eef7", "#8da0cb")
     ax.add_patch(plt.Rectangle((i, 0), w, 1, facecolor=face, edgecolor=edge, lw=2 if on else 1))
     weight = "bold" if on else "normal"
-    ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=7, fontweight=weight)
+    text = ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=8, fontweight=weight)
+    _fit_inside(text, 0.9 * w, 0.9)
+
+
+def _fit_inside(text: Text, width: float, height: float, smallest: float = 5.0) -> None:
+    """Shrink ``text``'s font until it fits ``width`` x ``height`` data units (bold text is
+    wider than normal text, so a highlighted label may need a smaller size than a plain one)."""
+    to_data = text.axes.transData.inverted()
+    while text.get_fontsize() > smallest:
+        box = text.get_window_extent().transformed(to_data)  # measured by the figure's renderer
+        if box.width <= width and box.height <= height:
+            return
+        text.set_fontsize(text.get_fontsize() - 0.5)
 
 
 def _bracket(ax: Axes, a: float, b: float, y: float, text: str) -> None:
@@ -290,7 +303,7 @@ def pipeline_diagram(
     ``"residual"`` (the two residual adds) and ``"ffn"`` (feed-forward, 8), ``"final_norm"`` (the
     LayerNorm after the last block) and ``"logits"`` (the output layer and softmax, 9).
     Brackets mark the attention steps and the transformer block; orange lines under the boxes
-    are the residual connections.
+    are the residual connections. Each label is shrunk, if needed, to fit inside its box.
     """
     wanted = [highlight] if isinstance(highlight, str) else list(highlight)
     unknown = [k for k in wanted if k not in PIPELINE_KEYS]
@@ -299,7 +312,10 @@ def pipeline_diagram(
     keys = [k for k, _ in PIPELINE_STEPS]
     n, w = len(PIPELINE_STEPS), 0.86
     if ax is None:
-        _, ax = plt.subplots(figsize=(15, 2.6))
+        fig, ax = plt.subplots(figsize=(15, 2.6))
+        fig.subplots_adjust(left=0.01, right=0.99)  # the boxes get the whole width
+    ax.set_xlim(-0.1, n + 0.14)  # before the boxes: fitting their labels needs the final scale
+    ax.set_ylim(-0.45, 2.05)
     for i, (key, label) in enumerate(PIPELINE_STEPS):
         _pipeline_box(ax, i, label, key in wanted, w)
         if i < n - 1:
@@ -311,8 +327,6 @@ def pipeline_diagram(
     _bracket(
         ax, first_ln, adds[-1] + w, 1.62, "transformer block, pre-LN (repeated n_blocks times)"
     )
-    ax.set_xlim(-0.1, n + 0.14)
-    ax.set_ylim(-0.45, 2.05)
     ax.axis("off")
     if title:
         ax.set_title(title, fontsize=10)

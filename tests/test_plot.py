@@ -12,7 +12,9 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 
+from gptlib.config import GPTConfig
 from gptlib.model import causal_mask, sinusoidal_positional_encoding
 from gptlib.plot import (
     MASK_COLOR,
@@ -240,3 +242,27 @@ def test_pipeline_diagram_rejects_unknown_steps():
         pipeline_diagram(["mask", "attention"])
     with pytest.raises(ValueError, match=r"\['add_norm'\]"):
         pipeline_diagram("add_norm")  # the old post-LN box no longer exists
+
+
+def test_pipeline_diagram_labels_fit_their_boxes_even_in_bold():
+    # the highlighted label is bold, hence wider; every label must stay inside its box
+    for highlight in [(), list(PIPELINE_KEYS)]:
+        ax = pipeline_diagram(highlight)
+        to_data = ax.transData.inverted()
+        boxes = ax.patches[: len(PIPELINE_STEPS)]
+        labels = [t for t in ax.texts if not isinstance(t, Annotation)][: len(PIPELINE_STEPS)]
+        for (key, label), box, text in zip(PIPELINE_STEPS, boxes, labels, strict=True):
+            assert text.get_text() == label
+            extent = text.get_window_extent().transformed(to_data)
+            x0, x1 = box.get_x(), box.get_x() + box.get_width()
+            assert x0 < extent.x0 and extent.x1 < x1, (key, highlight)
+            assert box.get_y() < extent.y0 and extent.y1 < box.get_y() + box.get_height()
+            assert text.get_fontsize() >= 6, (key, text.get_fontsize())
+        plt.close(ax.figure)
+
+
+def test_pipeline_diagram_shows_the_embedding_scale():
+    # the book's model multiplies token embeddings by sqrt(d_model) (chapter 3)
+    labels = dict(PIPELINE_STEPS)
+    assert "√d_model" in labels["embed"]
+    assert GPTConfig().scale_embeddings
