@@ -89,6 +89,8 @@ def test_model_is_seeded_and_in_eval_mode(ex):
 def test_model_overrides(ex):
     post = ex.model(norm_placement="post", n_blocks=2)
     assert post.config.norm_placement == "post" and len(post.blocks) == 2
-    assert (
-        ex.config.norm_placement == "pre" and ex.config.n_blocks == 8
-    )  # the shared config is unchanged
+    assert ex.model(vocab_size=10).config.vocab_size == 10  # any field, vocab_size too
+    swiglu = ex.model(activation="swiglu").config
+    assert swiglu.d_ff == round(8 * 64 / 3)  # the width is worked out for the overrides
+    # the shared config is unchanged
+    assert ex.config.norm_placement == "pre" and ex.config.n_blocks == 8
