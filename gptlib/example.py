@@ -66,8 +66,9 @@ class RunningExample:
         Keyword arguments override :class:`GPTConfig` fields, e.g. ``norm_placement="post"``;
         the widths the config works out (``d_ff``, ``n_kv_heads``) follow them.
         """
+        overrides.setdefault("vocab_size", self.config.vocab_size)
         torch.manual_seed(seed)
-        model = GPT(book_config(self.config.vocab_size, **overrides))
+        model = GPT(book_config(**overrides))
         return model.eval()
 
 
