@@ -94,3 +94,10 @@ def test_model_overrides(ex):
     assert swiglu.d_ff == round(8 * 64 / 3)  # the width is worked out for the overrides
     # the shared config is unchanged
     assert ex.config.norm_placement == "pre" and ex.config.n_blocks == 8
+
+def test_model_vocab_size_override(ex):
+    # the chapters build the compact-vocabulary model this way (chapters 2, 9, 10)
+    compact = ex.model(vocab_size=3771, fused_attention=True)
+    assert compact.config.vocab_size == 3771 and compact.config.fused_attention
+    assert compact.token_embedding.weight.shape == (3771, ex.config.d_model)
+    assert ex.model().config.vocab_size == ex.config.vocab_size  # the default: cl100k's ids

@@ -64,6 +64,8 @@ PAGES = [
     ("intro.html", "intro.md", False, False),
     ("chapters/03_positional_encoding.html", "chapters/03_positional_encoding.ipynb", True, True),
     ("chapters/10_training.html", "chapters/10_training.ipynb", True, True),
+    ("chapters/10b_training_run.html", "chapters/10b_training_run.ipynb", True, True),
+    ("chapters/appendix_gptlib.html", "chapters/appendix_gptlib.ipynb", False, False),
     (MODEL_PAGE, "chapters/15_try_the_model.md", False, False),
 ]
 # The kernel-free sliders: (page, figure name, the slider's class, arrow-key presses: + right)
