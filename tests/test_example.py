@@ -95,6 +95,7 @@ def test_model_overrides(ex):
     # the shared config is unchanged
     assert ex.config.norm_placement == "pre" and ex.config.n_blocks == 8
 
+
 def test_model_vocab_size_override(ex):
     # the chapters build the compact-vocabulary model this way (chapters 2, 9, 10)
     compact = ex.model(vocab_size=3771, fused_attention=True)
