@@ -282,7 +282,10 @@ def overclaims(stored: str, fmt: str, digits: int = DIGITS) -> str | None:
     if fmt[-1] not in "eEfFgG%":
         return None
     shown = format(value, fmt)
-    return shown if significant_digits(shown) > digits else None
+    # the stored text is itself evidence of what was kept: "11.5136" kept at least 6 digits,
+    # whatever the glue call's arguments were (its trailing zeros prove nothing: "65500.0")
+    kept = max(digits, len(re.sub(r"\D", "", stored).strip("0")))
+    return shown if significant_digits(shown) > kept else None
 
 
 def test_the_digit_check_catches_padded_zeros() -> None:
@@ -290,6 +293,7 @@ def test_the_digit_check_catches_padded_zeros() -> None:
     assert overclaims("23.93", ".4f") == "23.9300"  # 4 digits kept, 6 shown
     assert overclaims("65500.0", ",.0f") == "65,500"  # float16's 65,504 kept to 4 digits
     assert overclaims("4.248", ".3f") is None
+    assert overclaims("11.5136", ".4f", digits=4) is None  # six digits were stored, six shown
     assert overclaims("1.0", ".3f") is None  # kept to 4 digits: 1.000 is what was measured
     assert overclaims("83.24", ".0f") is None
     assert overclaims("0.0284", ".3f", digits=3) is None and overclaims("0.832", ".1%") is None
@@ -305,11 +309,23 @@ def test_the_digits_of_each_glue_call_are_read_from_the_code(tmp_path: Path) -> 
     assert [d for _, d in calls] == [3, DIGITS, 2]
     assert digits_for("a", calls) == 3 and digits_for("b_7", calls) == DIGITS
     assert digits_for("c", calls) == 2 and digits_for("unknown", calls) == DIGITS
+    # a name glued by itself keeps its own digits, even where a loop's f"..." could also make it
+    loop = glue_digits_of('glue("ch_x", x, digits=6)\nglue(f"ch_{k}", y)', tmp_path)
+    assert digits_for("ch_x", loop) == 6 and digits_for("ch_y", loop) == DIGITS
+
+
+def glue_digits_of(code: str, folder: Path) -> list[tuple[re.Pattern[str], int]]:
+    """:func:`glue_digits` of a notebook holding one code cell (for the tests of the check)."""
+    notebook = folder / "one_cell.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+    return glue_digits(notebook)
 
 
 def digits_for(key: str, calls: list[tuple[re.Pattern[str], int]]) -> int:
-    """The digits kept for the glued name ``key`` (the fewest, if several calls could match)."""
-    return min((d for pattern, d in calls if pattern.match(key)), default=DIGITS)
+    """The digits kept for the glued name ``key``: those of the calls that name it exactly, else
+    of the f-string calls that could make it (the fewest, if several match)."""
+    exact = [d for pattern, d in calls if pattern.pattern == re.escape(key) + r"\Z"]
+    return min(exact or [d for pattern, d in calls if pattern.match(key)], default=DIGITS)
 
 
 def glue_roles() -> list[tuple[Path, str, str, dict[str, str], int]]:
