@@ -162,7 +162,7 @@ class TrainConfig:
     grad_clip: float = option(1.0, "max global gradient norm; 0 disables clipping")
     eval_interval: int = option(100, "estimate the losses every this many steps (and at the last)")
     eval_iters: int = option(20, "batches per loss estimate")
-    seed: int = option(1337, "seeds the weights, the batches and dropout")
+    seed: int = option(1337, "seeds batches and dropout (on the command line also the weights)")
     device: str = option("auto", "auto (cuda > mps > cpu), cpu, cuda[:N] or mps")
     autocast_bf16: bool = option(True, "bf16 autocast, used only on CUDA", flag="--no-bf16")
     checkpoint_interval: int = option(0, "also save every this many steps (0: only at the end)")

@@ -144,8 +144,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     Forward: each row's loss is ``log(sum_v exp(logit_v - logit_target))``. Shifting by the
     target's own logit (instead of the row's maximum, which would cost one more pass over every
     block) keeps the sum >= 1, since the target contributes exp(0); only a row where some logit
-    beats the target's by more than ~88 overflows float32, and then the whole batch is computed
-    again with each block shifted by its maximum. Backward recomputes each block's logits (one
+    beats the target's by more than about 77 to 89 (ln of float32's largest number minus the log of
+    how many logits are that large) overflows, and then the whole batch is computed again with
+    each block shifted by its maximum. Backward recomputes each block's logits (one
     extra matrix multiply, cheaper than writing and reading the (N, V) logits and their gradient),
     turns them into the softmax in place, and adds that block's share to grad_hidden and writes its
     rows of grad_weight; the mean's 1/N and the one-hot part of ``softmax - one_hot`` are applied
