@@ -170,7 +170,7 @@
 
     /** Chapter 8: Linear -> activation -> Linear, on one vector. */
     feedForward(prefix, x) {
-      const { d_ff: dFF } = this.config;
+      const { d_model: C, d_ff: dFF } = this.config;
       const hidden = linear(this.w(`${prefix}.linear1.weight`), this.w(`${prefix}.linear1.bias`), x, dFF);
       const act = ACTIVATIONS[this.config.activation];
       for (let i = 0; i < hidden.length; i++) hidden[i] = act(hidden[i]);
