@@ -252,19 +252,46 @@ PIPELINE_STEPS: tuple[tuple[str, str], ...] = (
     ("layernorm", "Layer-\nNorm"),
     ("ffn", "feed-\nforward"),
     ("residual", "+\nresidual"),
-    ("final_norm", "final\nLayer-\nNorm"),
+    ("final_norm", "final\nLayerNorm"),
     ("logits", "output\nlayer"),
 )
 PIPELINE_KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for k, _ in PIPELINE_STEPS))
 
 
-def _pipeline_box(ax: Axes, i: int, label: str, on: bool, w: float) -> None:
-    """One box of the pipeline diagram at x = i; highlighted boxes are orange and bold."""
+# The diagram's layout: the steps outside the blocks form the top row, with one box standing for
+# the n_blocks transformer blocks; the row below zooms into one block. Two rows keep every label
+# at a readable size on a page as wide as the book's.
+_OUTER = ("tokenize", "embed", "position", None, "final_norm", "logits")  # None: the block box
+_BLOCK_SLOTS = len(PIPELINE_STEPS) - (len(_OUTER) - 1)  # the boxes of one block, 12
+_TOP, _BOTTOM, _GAP = 2.45, 0.0, 0.14  # each row's lower edge; the space between two boxes
+_FONT = 10.0
+
+
+def _box(
+    ax: Axes, x: float, y: float, w: float, h: float, label: str, on: bool, bold: bool = False
+) -> None:
+    """One box at (x, y), w x h data units, with its label; highlighted boxes are orange, and
+    their label bold (as is a plain box's when ``bold``). Each label is shrunk, if needed, to fit
+    inside its box."""
     face, edge = ("#f28e2b", "#b35806") if on else ("#e8eef7", "#8da0cb")
-    ax.add_patch(plt.Rectangle((i, 0), w, 1, facecolor=face, edgecolor=edge, lw=2 if on else 1))
-    weight = "bold" if on else "normal"
-    text = ax.text(i + w / 2, 0.5, label, ha="center", va="center", fontsize=8, fontweight=weight)
-    _fit_inside(text, 0.9 * w, 0.9)
+    ax.add_patch(plt.Rectangle((x, y), w, h, facecolor=face, edgecolor=edge, lw=2 if on else 1))
+    weight = "bold" if on or bold else "normal"
+    text = ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=_FONT)
+    text.set_fontweight(weight)
+    _fit_inside(text, 0.92 * w, 0.92 * h)
+
+
+def _pipeline_boxes() -> list[tuple[float, float, float, float]]:
+    """(x, y, width, height) of every step of PIPELINE_STEPS, in its order: a step outside the
+    blocks in the top row (two slots wide), a step inside the block in the bottom row."""
+    spots, inner = [], 0
+    for key, _ in PIPELINE_STEPS:
+        if key in _OUTER:
+            spots.append((2 * _OUTER.index(key), _TOP, 2 - _GAP, 0.8))
+        else:
+            spots.append((inner, _BOTTOM, 1 - _GAP, 1.0))
+            inner += 1
+    return spots
 
 
 def _fit_inside(text: Text, width: float, height: float, smallest: float = 5.0) -> None:
@@ -278,22 +305,42 @@ def _fit_inside(text: Text, width: float, height: float, smallest: float = 5.0) 
         text.set_fontsize(text.get_fontsize() - 0.5)
 
 
+def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], **style) -> None:
+    ax.annotate("", end, start, arrowprops={"arrowstyle": "->", "lw": 0.8, **style})
+
+
 def _bracket(ax: Axes, a: float, b: float, y: float, text: str) -> None:
     ax.plot([a, a, b, b], [y - 0.08, y, y, y - 0.08], color="dimgrey", lw=1)
-    ax.text((a + b) / 2, y + 0.05, text, ha="center", va="bottom", fontsize=8, color="dimgrey")
+    ax.text((a + b) / 2, y + 0.05, text, ha="center", va="bottom", fontsize=9, color="dimgrey")
 
 
-def _skip(ax: Axes, a: float, b: float, w: float) -> None:
-    """A residual (skip) line under the boxes, from before box a into the "+" box b."""
-    x0, x1 = a - (1 - w) / 2, b + w / 2
+def _skip(ax: Axes, a: float, b: float) -> None:
+    """A residual (skip) line under the bottom row, from before box a into the "+" box b."""
+    x0, x1 = a - _GAP / 2, b + (1 - _GAP) / 2
     ax.plot([x0, x0, x1], [0.5, -0.3, -0.3], color="#b35806", lw=1)
-    ax.annotate("", (x1, 0), (x1, -0.3), arrowprops={"arrowstyle": "->", "color": "#b35806"})
+    _arrow(ax, (x1, -0.3), (x1, 0), color="#b35806", lw=1)
+
+
+def _block_zoom(ax: Axes, on: bool) -> None:
+    """The top row's block box, and dashed lines from it down to the block drawn in full."""
+    x = 2 * _OUTER.index(None)
+    label = "transformer block\n× n_blocks"
+    _box(ax, x, _TOP, 2 - _GAP, 0.8, label, on=False, bold=on)  # bold: a step inside is on
+    for top, bottom in ((x, -0.15), (x + 2 - _GAP, _BLOCK_SLOTS - _GAP + 0.05)):
+        ax.plot([top, bottom], [_TOP, 1.75], color="grey", lw=0.8, ls="--")
+    ax.add_patch(
+        plt.Rectangle(
+            (-0.15, -0.45), _BLOCK_SLOTS - _GAP + 0.2, 2.2, fill=False, ec="grey", ls="--"
+        )
+    )
 
 
 def pipeline_diagram(
     highlight: str | Sequence[str] = (), ax: Axes | None = None, title: str | None = None
 ) -> Axes:
-    """The whole (pre-LN) model as a row of boxes, with the chapter's step(s) highlighted.
+    """The whole (pre-LN) model, with the chapter's step(s) highlighted. The top row is the
+    model from text to output; its block box stands for the n_blocks transformer blocks, and the
+    row below shows what one block does.
 
     ``highlight`` takes one key or a list of keys: ``"tokenize"`` (chapter 1), ``"embed"``
     (token embedding, 2), ``"position"`` (positional encoding, 3), ``"layernorm"`` (the two
@@ -302,32 +349,39 @@ def pipeline_diagram(
     (the weighted sum of the values) and ``"concat_wo"`` (concatenation and W_o, 7),
     ``"residual"`` (the two residual adds) and ``"ffn"`` (feed-forward, 8), ``"final_norm"`` (the
     LayerNorm after the last block) and ``"logits"`` (the output layer and softmax, 9).
-    Brackets mark the attention steps and the transformer block; orange lines under the boxes
-    are the residual connections. Each label is shrunk, if needed, to fit inside its box.
+    A bracket marks the attention steps; orange lines under the boxes are the residual
+    connections.
     """
     wanted = [highlight] if isinstance(highlight, str) else list(highlight)
     unknown = [k for k in wanted if k not in PIPELINE_KEYS]
     if unknown:
         raise ValueError(f"unknown pipeline step(s) {unknown}; choose from {list(PIPELINE_KEYS)}")
     keys = [k for k, _ in PIPELINE_STEPS]
-    n, w = len(PIPELINE_STEPS), 0.86
     if ax is None:
-        fig, ax = plt.subplots(figsize=(15, 2.6))
-        fig.subplots_adjust(left=0.01, right=0.99)  # the boxes get the whole width
-    ax.set_xlim(-0.1, n + 0.14)  # before the boxes: fitting their labels needs the final scale
-    ax.set_ylim(-0.45, 2.05)
-    for i, (key, label) in enumerate(PIPELINE_STEPS):
-        _pipeline_box(ax, i, label, key in wanted, w)
-        if i < n - 1:
-            ax.annotate("", (i + 1, 0.5), (i + w, 0.5), arrowprops={"arrowstyle": "->", "lw": 0.8})
-    first_ln, adds = keys.index("layernorm"), [i for i, k in enumerate(keys) if k == "residual"]
-    _skip(ax, first_ln, adds[0], w)
-    _skip(ax, adds[0] + 1, adds[1], w)
-    _bracket(ax, keys.index("qkv"), keys.index("concat_wo") + w, 1.2, "masked multi-head attention")
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.9 if title else 0.99)
+    ax.set_xlim(-0.2, _BLOCK_SLOTS + 0.05)  # before the boxes: fitting labels needs the scale
+    ax.set_ylim(-0.5, _TOP + 0.85)
+    for (key, label), (x, y, w, h) in zip(PIPELINE_STEPS, _pipeline_boxes(), strict=True):
+        _box(ax, x, y, w, h, label, key in wanted)
+    for j in range(len(_OUTER) - 1):  # the top row, the block box included
+        _arrow(ax, (2 * j + 2 - _GAP, _TOP + 0.4), (2 * j + 2, _TOP + 0.4))
+    for i in range(_BLOCK_SLOTS - 1):  # the bottom row
+        _arrow(ax, (i + 1 - _GAP, 0.5), (i + 1, 0.5))
+    inner = [k for k in keys if k not in _OUTER]
+    first_ln, adds = inner.index("layernorm"), [i for i, k in enumerate(inner) if k == "residual"]
+    _skip(ax, first_ln, adds[0])
+    _skip(ax, adds[0] + 1, adds[1])
     _bracket(
-        ax, first_ln, adds[-1] + w, 1.62, "transformer block, pre-LN (repeated n_blocks times)"
+        ax,
+        inner.index("qkv"),
+        inner.index("concat_wo") + 1 - _GAP,
+        1.2,
+        "masked multi-head attention",
     )
+    ax.text(_BLOCK_SLOTS - _GAP, 1.5, "one block (pre-LN)", ha="right", fontsize=9, color="dimgrey")
+    _block_zoom(ax, any(k in wanted for k in inner))
     ax.axis("off")
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=11)
     return ax

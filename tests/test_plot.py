@@ -12,7 +12,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
-from matplotlib.text import Annotation
+from matplotlib.text import Annotation, Text
 
 from gptlib.config import GPTConfig
 from gptlib.model import causal_mask, sinusoidal_positional_encoding
@@ -197,7 +197,8 @@ def highlighted_keys(ax: Axes) -> list[str]:
 def test_pipeline_diagram_highlights_the_chosen_steps():
     ax = pipeline_diagram(["mask", "softmax"], title="Chapter 6")
     assert ax.get_title() == "Chapter 6"
-    assert len(ax.patches) == len(PIPELINE_STEPS) == 17
+    assert len(PIPELINE_STEPS) == 17
+    assert len(ax.patches) == 17 + 2  # the steps, the box standing for the blocks, its outline
     assert highlighted_keys(ax) == ["mask", "softmax"]
     labels = [t.get_text() for t in ax.texts]
     assert "softmax" in labels and "masked multi-head attention" in labels
@@ -211,6 +212,16 @@ def test_pipeline_diagram_highlights_the_chosen_steps():
     ]
     every = pipeline_diagram(list(PIPELINE_KEYS))
     assert len(highlighted_keys(every)) == len(PIPELINE_STEPS)
+
+
+def test_pipeline_diagram_marks_the_block_when_a_step_inside_it_is_highlighted():
+    def block_label(ax: Axes) -> Text:
+        (text,) = [t for t in ax.texts if t.get_text().startswith("transformer block")]
+        return text
+
+    assert block_label(pipeline_diagram("softmax")).get_fontweight() == "bold"
+    assert block_label(pipeline_diagram("embed")).get_fontweight() == "normal"
+    plt.close("all")
 
 
 def test_pipeline_diagram_is_pre_ln_with_a_final_norm():
@@ -257,7 +268,10 @@ def test_pipeline_diagram_labels_fit_their_boxes_even_in_bold():
             x0, x1 = box.get_x(), box.get_x() + box.get_width()
             assert x0 < extent.x0 and extent.x1 < x1, (key, highlight)
             assert box.get_y() < extent.y0 and extent.y1 < box.get_y() + box.get_height()
-            assert text.get_fontsize() >= 6, (key, text.get_fontsize())
+            assert text.get_fontsize() >= 8.5, (key, text.get_fontsize())
+        # at most 9.5 inches wide: the site shows the figure about that wide, so a label keeps
+        # (nearly) its size in points on the page
+        assert ax.figure.get_figwidth() <= 9.5
         plt.close(ax.figure)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -65,8 +66,9 @@ def test_chapters_name_the_configured_repository() -> None:
 
 @pytest.fixture
 def book_copy(tmp_path: Path) -> Path:
-    """_config.yml and two chapters, copied."""
+    """_config.yml, the README and two chapters, copied."""
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     (tmp_path / "chapters").mkdir()
     for name in ("01_tokenization.ipynb", "11_generation.ipynb"):
         shutil.copy(ROOT / "chapters" / name, tmp_path / "chapters" / name)
@@ -81,12 +83,19 @@ def test_set_repository_rewrites_the_config_and_the_setup_cells(book_copy: Path)
     assert sorted(changed) == sorted(before)
     config = yaml.safe_load((book_copy / "_config.yml").read_text())
     assert config["repository"]["url"] == new == tool.configured_url(book_copy)
-    for path, text in before.items():
-        # nothing else changed: the old address, put back, gives the file as it was
-        assert path.read_text().replace(new, old) == text
+    for path in before:
         if path.suffix == ".ipynb":
             assert f'repo = "{new}"' in _setup_cell(path)
+    readme = (book_copy / "README.md").read_text()
+    assert "gptlib/gpt-step-by-step" not in readme and "gptlib.github.io" not in readme
+    assert f"git clone {new}.git && cd my-gpt-book\n" in readme
+    assert "https://reader.github.io/my-gpt-book/" in readme
+    assert "colab.research.google.com/github/reader/my-gpt-book/blob/main/" in readme
+    assert "mybinder.org/v2/gh/reader/my-gpt-book/main" in readme
     assert tool.set_repository(new, book_copy) == [], "a second run has nothing to change"
+    # nothing else changed: the old address, put back, gives every file as it was
+    assert sorted(tool.set_repository(old, book_copy)) == sorted(before)
+    assert {p: p.read_text() for p in before} == before
 
 
 def test_set_repository_refuses_what_is_not_a_github_repository(book_copy: Path) -> None:
@@ -95,3 +104,15 @@ def test_set_repository_refuses_what_is_not_a_github_repository(book_copy: Path)
         with pytest.raises(ValueError, match="https://github.com/OWNER/NAME"):
             _tool().set_repository(bad, book_copy)
     assert (book_copy / "_config.yml").read_text() == before
+
+
+def test_readme_links_every_page_of_the_book_and_every_link_resolves() -> None:
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(((?!https?://)[^)#]+)\)", readme)  # relative links
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    linked = {str(Path(t).with_suffix("")) for t in targets}
+    unlisted = [page for page in pages if page not in linked]
+    assert not unlisted, f"README's chapter list misses {unlisted}"

@@ -3,8 +3,9 @@
 The repository's address lives in ``_config.yml``, under ``repository: url:``: the site's
 repository, issue and launch (Binder, Colab) buttons are built from it. Each chapter's first code
 cell holds the one copy of it, because a notebook opened on Colab cannot read ``_config.yml``: that
-cell installs gptlib from the repository. This script writes a new address into both, and
-``tests/test_publishing.py`` checks that they agree. It needs only Python's standard library, so
+cell installs gptlib from the repository. The README's links (the site, the clone command, the
+Colab and Binder badges) are built from it too. This script writes a new address into all three,
+and ``tests/test_publishing.py`` checks that they agree. It needs only Python's standard library, so
 the publishing workflow can run it before anything is installed::
 
     python tools/set_repository.py https://github.com/you/your-fork
@@ -49,9 +50,24 @@ def _write(path: Path, text: str) -> None:
         raise
 
 
+def readme_links(text: str, old: str, new: str) -> str:
+    """``text`` with the README's links moved from repository ``old`` to ``new``: the clone
+    command, the folder it makes, the Colab and Binder badges and the GitHub Pages site."""
+    (o_owner, o_name), (n_owner, n_name) = old.split("/")[-2:], new.split("/")[-2:]
+    pairs = [
+        (f"{o_owner.lower()}.github.io/{o_name}", f"{n_owner.lower()}.github.io/{n_name}"),
+        (f"/{o_owner}/{o_name}", f"/{n_owner}/{n_name}"),  # github.com/, colab's github/, gh/
+        (f"&& cd {o_name}\n", f"&& cd {n_name}\n"),
+    ]
+    for before, after in pairs:
+        text = text.replace(before, after)
+    return text
+
+
 def set_repository(url: str, root: Path = ROOT) -> list[Path]:
-    """Write ``url`` into ``_config.yml`` and every chapter's set-up cell; return the files
-    changed. Raises ValueError, saying what to pass, for anything but a GitHub repository URL."""
+    """Write ``url`` into ``_config.yml``, every chapter's set-up cell and the README's links;
+    return the files changed. Raises ValueError, saying what to pass, for anything but a GitHub
+    repository URL."""
     url = url.rstrip("/").removesuffix(".git")
     if not GITHUB_URL.fullmatch(url):
         raise ValueError(
@@ -65,6 +81,9 @@ def set_repository(url: str, root: Path = ROOT) -> list[Path]:
         text = notebook.read_text(encoding="utf-8")
         if CELL_LINE.format(old) in text:
             changes[notebook] = text.replace(CELL_LINE.format(old), CELL_LINE.format(url))
+    readme = root / "README.md"
+    if readme.exists():
+        changes[readme] = readme_links(readme.read_text(encoding="utf-8"), old, url)
     changed = [path for path, text in changes.items() if text != path.read_text("utf-8")]
     for path in changed:
         _write(path, changes[path])
