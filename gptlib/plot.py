@@ -238,8 +238,8 @@ def loss_curves(
 # "layernorm" and "residual" name two boxes each (one per sublayer).
 PIPELINE_STEPS: tuple[tuple[str, str], ...] = (
     ("tokenize", "text →\ntoken ids"),
-    ("embed", "token\nembedding\n× √d_model"),
-    ("position", "+ positions"),
+    ("embed", "token\nembedding"),
+    ("position", "× √d_model\n+ positions"),  # chapter 3 scales the embeddings, then adds
     ("layernorm", "Layer-\nNorm"),
     ("qkv", "Q, K, V\n& heads"),
     ("scores", "Q·Kᵀ"),
