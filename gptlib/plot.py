@@ -324,7 +324,7 @@ def _skip(ax: Axes, a: float, b: float) -> None:
 def _block_zoom(ax: Axes, on: bool) -> None:
     """The top row's block box, and dashed lines from it down to the block drawn in full."""
     x = 2 * _OUTER.index(None)
-    label = "transformer block\n× n_blocks"
+    label = "transformer block,\nrepeated N times"
     _box(ax, x, _TOP, 2 - _GAP, 0.8, label, on=False, bold=on)  # bold: a step inside is on
     for top, bottom in ((x, -0.15), (x + 2 - _GAP, _BLOCK_SLOTS - _GAP + 0.05)):
         ax.plot([top, bottom], [_TOP, 1.75], color="grey", lw=0.8, ls="--")
