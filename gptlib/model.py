@@ -120,7 +120,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """How well each query matches each key, scaled: Q Kᵀ / √d_k.
 
     ``q``: (..., Tq, d_k), ``k``: (..., Tk, d_k) -> (..., Tq, Tk). Dividing by √d_k keeps the
-    scores' spread near 1 whatever the head size, so the softmax does not saturate.
+    scores' variance from growing with the head size (it is 1 for unit-variance q and k), so a
+    wider head does not by itself make the softmax sharper.
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same last dimension, got {q.shape} and {k.shape}")

@@ -1,7 +1,9 @@
-"""The stored chapters: portable glue records, one set-up cell, every cell run; gptlib.notebook."""
+"""The stored chapters: portable glue records, one set-up cell, every cell run, the site's
+sliders set up from the chapters' numbers; gptlib.notebook."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -98,3 +100,39 @@ def test_portable_refuses_what_it_cannot_glue() -> None:
         portable(torch.ones(3))
     with pytest.raises(TypeError, match="numbers and strings"):
         portable([1.0, 2.0])
+
+
+# ---- the site's slider figures ----------------------------------------------------------------
+
+SLIDER_DIV = re.compile(r'<div class="gptbook-figure" data-figure="([\w-]+)"([^>]*)>')
+ATTRIBUTE = re.compile(r"""data-([\w-]+)=(?:"([^"]*)"|'([^']*)')""")
+
+
+def _glued(path: Path, name: str) -> object:
+    for cell in _code(path):
+        for out in cell.get("outputs", []):
+            if out.get("metadata", {}).get("scrapbook", {}).get("name") == name:
+                return ast.literal_eval("".join(out["data"][GLUE_PREFIX + "text/plain"]))
+    raise AssertionError(f"{path.name} glues no value {name!r}")
+
+
+def _slider(path: Path, figure: str) -> dict[str, str]:
+    for cell in _cells(path):
+        if cell["cell_type"] == "markdown":
+            for name, attributes in SLIDER_DIV.findall("".join(cell["source"])):
+                if name == figure:
+                    return {k: a or b for k, a, b in ATTRIBUTE.findall(attributes)}
+    raise AssertionError(f"{path.name} has no slider figure {figure!r}")
+
+
+def test_the_slider_figures_use_the_chapters_numbers() -> None:
+    # the site's sliders of chapters 5 and 6 are typed into markdown: they must start from the
+    # numbers the chapter computes, or the web figure would silently differ from the static one
+    chapters = {p.stem: p for p in CHAPTERS}
+    ch5, ch6 = chapters["05_attention_scores"], chapters["06_mask_and_softmax"]
+    scaling = _slider(ch5, "scaling")
+    assert int(scaling["keys"]) == _glued(ch5, "ch5_T")
+    assert int(scaling["d-k"]) == _glued(ch5, "ch5_d_show")
+    temperature = _slider(ch6, "temperature")
+    assert json.loads(temperature["scores"]) == json.loads(_glued(ch6, "ch6_z"))
+    assert json.loads(temperature["labels"]) == json.loads(_glued(ch6, "ch6_z_labels"))
