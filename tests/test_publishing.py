@@ -116,3 +116,22 @@ def test_readme_links_every_page_of_the_book_and_every_link_resolves() -> None:
     linked = {str(Path(t).with_suffix("")) for t in targets}
     unlisted = [page for page in pages if page not in linked]
     assert not unlisted, f"README's chapter list misses {unlisted}"
+
+
+def test_intro_lists_every_page_and_states_the_running_examples_sizes() -> None:
+    from gptlib.example import BATCH_SIZE, CONTEXT_LENGTH, D_MODEL, N_BLOCKS, N_HEADS
+
+    intro = (ROOT / "intro.md").read_text()
+    targets = re.findall(r"\]\(((?!https?://)[^)#]+)\)", intro)  # relative links
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, f"intro.md links to files that do not exist: {missing}"
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    linked = {str(Path(t).with_suffix("")) for t in targets}
+    assert not [p for p in pages if p not in linked], "intro.md's chapter map misses a page"
+    sizes = (  # the running example, as the intro states it: typed there, checked here
+        f"a batch of {BATCH_SIZE} sequences of {CONTEXT_LENGTH} tokens, {D_MODEL} numbers per "
+        f"token, {N_HEADS} attention heads and {N_BLOCKS} transformer blocks"
+    )
+    text = " ".join(intro.split())
+    assert sizes in text and f"the depth of {N_BLOCKS} blocks" in text
