@@ -7,10 +7,11 @@
   order the folder happens to list them. The others take ``gpt-common.js``'s helpers when they
   load, so this extension moves it to the front; beyond that, each script only defines functions
   when it loads and starts its work once the page is parsed.
-* After every HTML build, exports the model trained in chapter 10 into
+* After every HTML build, exports the model trained in chapter 10b into
   ``<html>/_static/web-model/`` with ``tools/export_web_model.py``. The checkpoint is the config
   value ``gptbook_web_checkpoint`` (default ``chapters/runs/ch10/checkpoint.pt``, relative to the
-  book's folder). Without it, the page says to run chapter 10 first.
+  book's folder): the weights after the run's last step, the model that chapter 11 and the
+  appendix *After training* also load. Without it, the page says to run chapter 10b first.
 * Writes each of a page's scripts once. sphinx-thebe (which Jupyter Book always loads) registers
   its inline ``const THEBE_JS_URL = ...`` script while the build is under way, and Sphinx then
   lists it twice (once named ``None``, once ``''``), so every page threw "Identifier
@@ -81,7 +82,7 @@ def export_model(app: Sphinx, exception: Exception | None) -> None:
     exporter = _exporter(srcdir)
     if not checkpoint.is_file():
         exporter.write_missing(out_dir, checkpoint)
-        logger.info(f"gptbook_web: no {checkpoint}; the model page will ask to run chapter 10")
+        logger.info(f"gptbook_web: no {checkpoint}; the model page will ask to run chapter 10b")
         return
     sizes = exporter.export(checkpoint, out_dir)
     logger.info(f"gptbook_web: exported {checkpoint} for the model page: {sizes}")

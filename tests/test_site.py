@@ -1,7 +1,7 @@
 """The built site, checked the way a reader meets it: in a browser, with no network and no kernel.
 
 1. A small model is trained here (a few seconds) and saved as a gptlib checkpoint, because on a
-   fresh clone chapter 10's checkpoint does not exist yet when ``make test`` reaches this file.
+   fresh clone chapter 10b's checkpoint does not exist yet when ``make test`` reaches this file.
 2. The book is built with jupyter-book into ``_build/html`` with warnings as errors. Notebook
    execution is switched OFF for this build: ``make test`` runs nbval on every notebook in the same
    pytest run, and nbval proves (strictly) that the outputs committed in the notebooks are exactly
@@ -128,13 +128,13 @@ def _train(config: GPTConfig, ids: torch.Tensor, steps: int, seed: int = 0) -> G
 
 @pytest.fixture(scope="module")
 def tokenizer(corpus_text: str, cl100k) -> Tokenizer:
-    """cl100k with the sales textbook's compact vocabulary, as in chapter 10."""
+    """cl100k with the sales textbook's compact vocabulary, as in chapter 10b."""
     return Tokenizer.from_corpus(corpus_text, cl100k)
 
 
 @pytest.fixture(scope="module")
 def web_checkpoint(tokenizer: Tokenizer, corpus_text: str, tmp_path_factory) -> Path:
-    """A checkpoint like chapter 10's (sinusoidal positions, pre-LN, ReLU), trained briefly."""
+    """A checkpoint like chapter 10b's (sinusoidal positions, pre-LN, ReLU), trained briefly."""
     ids = torch.tensor(tokenizer.encode(corpus_text[:60_000]))
     config = GPTConfig(vocab_size=tokenizer.vocab_size, n_blocks=2, dropout=0.0)
     with torch.random.fork_rng():
@@ -302,7 +302,7 @@ def test_model_is_exported_into_the_site(site: Path, web_checkpoint: Path) -> No
 def test_missing_checkpoint_writes_a_message(tmp_path: Path) -> None:
     _exporter().write_missing(tmp_path, tmp_path / "checkpoint.pt")
     text = (tmp_path / "model.js").read_text()
-    assert '"available":false' in text and "chapter 10" in text
+    assert '"available":false' in text and "chapter 10b" in text
     assert not (tmp_path / "tokenizer.js").exists()
 
 
@@ -663,6 +663,13 @@ def test_model_page_attention_and_next_token(model_page, web_checkpoint: Path, t
     )
     torch.testing.assert_close(page_weights, expected.double(), atol=1e-5, rtol=0)
     heatmap = model_page.locator("#gptp-attention")
+    # every label fits inside the drawing (the last column's turned label used to be cut off)
+    box = model_page.evaluate(
+        "() => { const svg = document.getElementById('gptp-attention'); const b = svg.getBBox();"
+        " return {right: b.x + b.width, bottom: b.y + b.height,"
+        " width: Number(svg.getAttribute('width')), height: Number(svg.getAttribute('height'))}; }"
+    )
+    assert box["right"] <= box["width"] and box["bottom"] <= box["height"], box
     before = heatmap.inner_html()
     model_page.select_option("#gptp-block", str(model.config.n_blocks - 1))
     model_page.select_option("#gptp-head", "2")
@@ -755,7 +762,8 @@ def test_model_page_leaves_out_unknown_tokens(
         assert f"cl100k id {token}" in message
         assert tokenizer.encoding.decode([token]).replace(" ", "␣") in message
     assert "left out" in message and "the sales textbook" in message
-    assert f"“{tokenizer.encoding.decode(tokenizer.vocab.decode(window))}”" in message
+    read = tokenizer.vocab.decode(window)  # the cl100k ids the model reads, each named in quotes
+    assert " ".join(f"“{s}”" for s in token_strings(tokenizer.encoding, read)) in message
     # generation continues the known tokens, and the echo strikes out the rest
     model_page.fill("#gptp-steps", "5")
     model_page.fill("#gptp-gen-temperature", "0")
@@ -798,6 +806,8 @@ def test_model_page_example_prompts(browser: Browser, tokenizer: Tokenizer) -> N
         )
         assert shown == tokenizer.encoding.encode_ordinary(example)
         assert page.locator("#gptp-next tr[data-model]").count() == 10, example
+        # a continuation of the previous prompt is cleared
+        assert page.text_content("#gptp-output") == "", example
         if example == "The salesperson asked the customer about":
             page.click("#gptp-generate")
             playground.screenshot(path=str(SCREENSHOTS / "model-example-unknown.png"))
@@ -806,6 +816,17 @@ def test_model_page_example_prompts(browser: Browser, tokenizer: Tokenizer) -> N
             )
     assert not script_errors(page), script_errors(page)
     page.close()
+
+
+def test_model_page_explains_a_word_without_its_space(model_page, tokenizer: Tokenizer) -> None:
+    """A word at the start of the text is another token than the same word after a space: the page
+    says so when only the spaced one is in the vocabulary."""
+    bare, spaced = (tokenizer.encoding.encode_ordinary(w) for w in ("customer", " customer"))
+    assert len(bare) == len(spaced) == 1 and bare[0] not in tokenizer.vocab
+    assert spaced[0] in tokenizer.vocab
+    type_prompt(model_page, "customer and the price")
+    message = model_page.inner_text("#gptp-unknown")
+    assert "“customer” without a space before it is another token than “␣customer”" in message
 
 
 def test_model_page_with_nothing_it_can_read(model_page, tokenizer: Tokenizer) -> None:
@@ -909,12 +930,41 @@ def test_page_model_handles_other_configs(model_page, tokenizer: Tokenizer, tmp_
         assert difference < LOGIT_TOLERANCE, f"{variant}: logits differ by {difference:.2e}"
 
 
+BOOK_CHECKPOINT = ROOT / "chapters" / "runs" / "ch10" / "checkpoint.pt"
+
+
+@pytest.mark.skipif(not BOOK_CHECKPOINT.is_file(), reason="chapter 10b has not been run here")
+def test_page_model_matches_pytorch_on_the_books_model(model_page, tokenizer: Tokenizer) -> None:
+    """The model the site exports (chapter 10b's, 8 blocks), not only the small stand-in above:
+    the page's code gives PyTorch's logits and attention weights on the example prompts."""
+    payload = _exporter().model_payload(BOOK_CHECKPOINT)
+    model = load_checkpoint(BOOK_CHECKPOINT).model.eval()
+    examples = model_page.locator("#gptp-examples button").all_text_contents()
+    for prompt in examples:
+        ids = tokenizer.vocab.encode(
+            [t for t in tokenizer.encoding.encode_ordinary(prompt) if t in tokenizer.vocab]
+        )[-model.config.context_length :]
+        page = model_page.evaluate(
+            "([data, ids]) => { const out = new GPTBook.GPTModel(data).forward(ids);"
+            " return {logits: out.logits.map((r) => Array.from(r)),"
+            " attention: out.attention.map((b) => b.map((h) => h.map((r) => Array.from(r))))}; }",
+            [payload, ids],
+        )
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([ids]))  # (1, T, V)
+            weights = model.attention_weights(torch.tensor([ids]))[:, 0]  # (n_blocks, H, T, T)
+        difference = (torch.tensor(page["logits"]) - logits[0].double()).abs().max().item()
+        assert difference < LOGIT_TOLERANCE, f"{prompt!r}: logits differ by {difference:.2e}"
+        page_weights = torch.tensor(page["attention"], dtype=torch.float64)
+        torch.testing.assert_close(page_weights, weights.double(), atol=1e-5, rtol=0)
+
+
 def test_model_page_without_a_model(browser: Browser, tmp_path: Path) -> None:
-    """A build without chapter 10's checkpoint: the page says what to do."""
+    """A build without chapter 10b's checkpoint: the page says what to do."""
     _exporter().write_missing(tmp_path, tmp_path / "checkpoint.pt")
     page = browser.open_with_model(browser.server.url + MODEL_PAGE, tmp_path / "model.js")
     page.wait_for_selector("#gpt-playground[data-state=missing]")
-    assert "Run chapter 10" in page.inner_text("#gptp-missing")
+    assert "Run chapter 10b" in page.inner_text("#gptp-missing")
     page.close()
 
 

@@ -14,7 +14,7 @@ rather than ``.bin``/``.json`` files fetched at run time: browsers refuse ``fetc
 pages, but they do run ``<script>`` files, so the page also works from a folder on disk.
 
 Without a checkpoint, :func:`write_missing` writes a ``model.js`` that tells the page to ask the
-reader to run chapter 10 first. The book's Sphinx extension (``_ext/gptbook_web.py``) calls
+reader to run chapter 10b first. The book's Sphinx extension (``_ext/gptbook_web.py``) calls
 :func:`export` after every HTML build. By hand::
 
     python tools/export_web_model.py chapters/runs/ch10/checkpoint.pt _build/html/_static/web-model
@@ -84,7 +84,7 @@ def check_exportable(config: dict, where: str) -> None:
     if bad:
         raise ValueError(
             f"{where}: the in-browser model runs the book's architecture only, not "
-            f"{', '.join(bad)} (chapter 13's switches); export a model trained as in chapter 10"
+            f"{', '.join(bad)} (chapter 13's switches); export a model trained as in chapter 10b"
         )
 
 
@@ -167,7 +167,7 @@ def write_missing(out_dir: str | Path, checkpoint_path: str | Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     message = (
         f"No trained model was found when the book was built ({Path(checkpoint_path).name} is "
-        "missing). Run chapter 10 (it trains the model and saves chapters/runs/ch10/"
+        "missing). Run chapter 10b (it trains the model and saves chapters/runs/ch10/"
         "checkpoint.pt), then build the book again."
     )
     _js_file(

@@ -1,4 +1,4 @@
-/* "Try the model": chapter 10's trained model, running in the page.
+/* "Try the model": the model trained in chapter 10b, running in the page.
  *
  * The page holds an empty <div id="gpt-playground">. This script loads the exported model
  * (../web-model/model.js and tokenizer.js, next to this file's folder, written when the book is
@@ -58,16 +58,23 @@
     return s.length > n ? s.slice(0, n - 1) + "…" : s;
   }
 
-  /** The attention weights of one head as a T x T heatmap with token labels. */
+  /** The attention weights of one head as a T x T heatmap with token labels. The SVG keeps its
+   * natural size (labels 12 px, cell numbers 9 px): on a narrow screen its box scrolls sideways.
+   * Text takes the page's colour (currentColor), so the labels read in light and dark mode. */
   function drawAttention(svg, weights, labels) {
     svg.replaceChildren();
     const T = labels.length;
     const cell = Math.max(18, Math.min(34, Math.floor(480 / T)));
     const margin = 110;
-    const size = margin + T * cell + 10;
-    svg.setAttribute("viewBox", `0 0 ${size} ${size}`);
-    svg.setAttribute("width", size);
-    svg.setAttribute("height", size);
+    const shown = labels.map((label) => shortLabel(label));
+    // a column label is turned by -60°: it reaches cos 60° = 0.5 of its length to the right of its
+    // anchor (about 7.5 px a character at 12 px), past the last column's centre
+    const longest = Math.max(...shown.map((label) => label.length));
+    const width = margin + T * cell - cell / 2 + Math.ceil(0.5 * 7.5 * longest) + 12;
+    const height = margin + T * cell + 10;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
     for (let i = 0; i < T; i++) {
       for (let j = 0; j < T; j++) {
         const w = weights[i][j];
@@ -78,6 +85,7 @@
           height: cell - 1,
           fill: j > i ? "#eeeeee" : weightColour(w),
         });
+        if (j > i) rect.setAttribute("class", "gptp-masked"); // its colour follows the theme (CSS)
         const title = svgEl("title");
         title.textContent = j > i ? "masked (a future token)" : `${labels[i]} → ${labels[j]}: ${w.toFixed(3)}`;
         rect.append(title);
@@ -94,15 +102,15 @@
           svg.append(text);
         }
       }
-      const rowLabel = svgEl("text", { x: margin - 6, y: margin + i * cell + cell / 2 + 4, "text-anchor": "end", "font-size": 12 });
-      rowLabel.textContent = shortLabel(labels[i]);
+      const rowLabel = svgEl("text", { x: margin - 6, y: margin + i * cell + cell / 2 + 4, "text-anchor": "end", "font-size": 12, fill: "currentColor" });
+      rowLabel.textContent = shown[i];
       svg.append(rowLabel);
       const x = margin + i * cell + cell / 2;
-      const colLabel = svgEl("text", { x, y: margin - 6, "text-anchor": "start", "font-size": 12, transform: `rotate(-60 ${x} ${margin - 6})` });
-      colLabel.textContent = shortLabel(labels[i]);
+      const colLabel = svgEl("text", { x, y: margin - 6, "text-anchor": "start", "font-size": 12, fill: "currentColor", transform: `rotate(-60 ${x} ${margin - 6})` });
+      colLabel.textContent = shown[i];
       svg.append(colLabel);
     }
-    const axis = svgEl("text", { x: 4, y: 14, "font-size": 12, fill: "#555" });
+    const axis = svgEl("text", { x: 4, y: 14, "font-size": 12, fill: "currentColor", class: "gptp-axis" });
     axis.textContent = "rows: query token · columns: key token";
     svg.append(axis);
   }
@@ -140,10 +148,11 @@
       this.attention = svgEl("svg", { id: "gptp-attention", class: "gptp-attention", role: "img" });
       this.temperature = el("input", { id: "gptp-temperature", type: "range", min: -1, max: 1, step: 0.05, value: 0 });
       this.temperatureValue = el("output", { id: "gptp-temperature-value" });
+      this.nextAbout = el("p", { id: "gptp-next-about", class: "gptp-note" });
       this.next = el("table", { id: "gptp-next", class: "gptp-next" });
       this.steps = el("input", { id: "gptp-steps", type: "number", min: 1, max: 200, value: 30 });
       this.genTemperature = el("input", { id: "gptp-gen-temperature", type: "number", min: 0, max: 3, step: 0.1, value: 0.8 });
-      this.topK = el("input", { id: "gptp-topk", type: "number", min: 0, max: V, value: 10 });
+      this.topK = el("input", { id: "gptp-topk", type: "number", min: 0, max: V, value: 10, title: `0: no cut, all ${V.toLocaleString("en")} tokens can be drawn` });
       this.seed = el("input", { id: "gptp-seed", type: "number", min: 0, value: 1 });
       this.generateButton = el("button", { id: "gptp-generate", type: "button" }, "Generate");
       this.output = el("div", { id: "gptp-output", class: "gptp-output" });
@@ -171,15 +180,16 @@
         section(
           "3. The next token",
           el("div", { class: "gptp-controls" },
-            el("label", { for: "gptp-temperature" }, "temperature "), this.temperature, this.temperatureValue),
+            el("label", { for: "gptp-temperature" }, "temperature (this table only) "), this.temperature, this.temperatureValue),
+          this.nextAbout,
           this.next,
         ),
         section(
           "4. Generate a continuation",
           el("div", { class: "gptp-controls" },
             el("label", {}, "new tokens ", this.steps),
-            el("label", {}, "temperature ", this.genTemperature),
-            el("label", {}, "top-k ", this.topK),
+            el("label", {}, "sampling temperature (0: greedy) ", this.genTemperature),
+            el("label", {}, "top-k (0: no cut) ", this.topK),
             el("label", {}, "seed ", this.seed),
             this.generateButton),
           this.output,
@@ -223,6 +233,8 @@
 
     update() {
       this.result = this.analyse(this.prompt.value);
+      this.output.replaceChildren(); // a continuation of the previous prompt would mislead
+      this.timing.textContent = "";
       this.showTokens();
       this.showAttention();
       this.showNext();
@@ -258,22 +270,42 @@
         const one = names.length === 1;
         const what =
           `The model has never seen ${one ? "this token" : "these tokens"}: ${names.join(", ")}. ` +
-          `Its vocabulary is only the tokens of ${this.about.corpus}, which it was trained on, so it ` +
-          `has no vector for ${one ? "it" : "them"} (chapter 9). `;
+          `Its vocabulary holds only the tokens of ${this.about.corpus}, so it has no vector for ` +
+          `${one ? "it" : "them"} (chapter 9). `;
+        const T = this.model.config.context_length;
+        const others = `${known.length} other token${known.length === 1 ? "" : "s"}`;
         const leftOut = known.length
           ? `${one ? "It is" : "They are"} struck through above and left out: the model reads ` +
-            `the ${known.length} other token${known.length === 1 ? "" : "s"}, ` +
-            `“${this.readText()}”.`
+            (known.length > T ? `the last ${T} of the ${others}: ` : `the ${others}: `) +
+            `${this.readTokens()}.`
           : "No token of this prompt is left to read: rephrase it, or click an example.";
-        this.showMessage(what + leftOut);
+        this.showMessage(what + leftOut + this.spaceHint(unknown));
       } else {
         this.unknown.hidden = true;
       }
     }
 
-    /** The text of the tokens the model reads (the known ones inside its window). */
-    readText() {
-      return this.tokenizer.decode(this.result.window.map((t) => t.cl100k));
+    /** The tokens the model reads (the known ones inside its window), each in quotes. */
+    readTokens() {
+      return this.result.window.map((t) => `“${t.text}”`).join(" ");
+    }
+
+    /** A word at the start of the text has no space before it, so it is another token than the
+     * same word inside a sentence (chapter 1). Where that other token is one the model knows, say
+     * so: "customer" is unknown, "␣customer" is not. */
+    spaceHint(unknown) {
+      const hints = [];
+      for (const t of unknown) {
+        const piece = this.tokenizer.decode([t.cl100k]);
+        if (/^\s/.test(piece)) continue;
+        const spaced = this.tokenizer.encode(" " + piece);
+        if (spaced.length !== 1 || this.model.toModelId(spaced[0]) === undefined) continue;
+        const hint = `“${t.text}” without a space before it is another token than ` +
+          `“${this.tokenizer.tokenString(spaced[0])}”, which the model knows`;
+        if (!hints.includes(hint)) hints.push(hint);
+      }
+      if (!hints.length) return "";
+      return ` (${hints.join("; ")}: put a space before it, or start with another word.)`;
     }
 
     showMessage(text) {
@@ -299,8 +331,13 @@
       const r = this.result;
       if (!r || !r.logits) {
         this.next.replaceChildren();
+        this.nextAbout.textContent = "";
         return;
       }
+      const lastToken = r.window[r.window.length - 1].text;
+      this.nextAbout.textContent =
+        `The ten most likely tokens to follow “${lastToken}”, the last token the model read, ` +
+        `as softmax(logits / temperature).`;
       const last = r.logits[r.logits.length - 1];
       const probs = book.softmax(last, tau);
       const order = Array.from(probs.keys()).sort((a, b) => probs[b] - probs[a]).slice(0, 10);
@@ -337,10 +374,13 @@
       const ids = this.model.generate(r.window.map((t) => t.model), steps, { temperature, topK, random });
       const seconds = (performance.now() - started) / 1000;
       const text = this.tokenizer.decode(ids.map((id) => this.model.toCl100kId(id)));
-      // the prompt as typed, with the tokens that were left out struck through
+      // the prompt as typed: the tokens that were left out struck through, the known ones before
+      // the window (which the model no longer sees) greyed out
+      const read = new Set(r.window);
       const echo = r.tokens.map((t) => {
         const piece = this.tokenizer.decode([t.cl100k]);
-        return t.model === undefined ? el("del", { class: "gptp-left-out" }, piece) : piece;
+        if (t.model === undefined) return el("del", { class: "gptp-left-out" }, piece);
+        return read.has(t) ? piece : el("span", { class: "gptp-outside" }, piece);
       });
       this.output.replaceChildren(el("span", { class: "gptp-prompt-echo" }, ...echo), el("strong", {}, text));
       this.timings.tokensPerSecond = steps / seconds;
