@@ -122,9 +122,9 @@ def generate(
     (B, T + max_new_tokens)). Only the last ``context_length`` tokens are fed to the model.
     ``temperature`` 0 is greedy; ``top_k`` keeps the k most likely tokens; ``seed`` makes the
     sampling reproducible through a local generator (PyTorch's global one is not touched).
-    ``use_cache`` uses a KV cache; the tokens are the same either way (see the module docstring
-    for how the cache slides past the context length). The model runs in eval mode and is put
-    back in the mode it had.
+    ``use_cache`` uses a KV cache; the tokens are the same either way in practice (up to the
+    context length the cached logits differ by float rounding only; see the module docstring for
+    how the cache slides past it). The model runs in eval mode and is put back in the mode it had.
     """
     # inference mode skips autograd bookkeeping; the clone gives the caller an ordinary tensor
     # (an inference-mode tensor could not be used as the input of a later training step)
