@@ -19,6 +19,13 @@ from gptlib.model import GPT, GPTConfig
 from gptlib.tokenizer import TokenizerUnavailableError, get_encoding
 
 
+def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ANN001 (pytest's hook)
+    """Run tests/test_site.py last. ``make test`` collects the chapters in the same session, and
+    chapter 10b saves the model that one of the site's tests compares with the page's code."""
+    site = [item for item in items if item.path.name == "test_site.py"]
+    items[:] = [item for item in items if item.path.name != "test_site.py"] + site
+
+
 @pytest.fixture(scope="session")
 def corpus_text() -> str:
     """The sales textbook, as ``load_corpus("sales-textbook")`` returns it."""

@@ -214,8 +214,8 @@
       const wRaw = softmax(scores);
       const wScaled = softmax(scores.map((s) => s / Math.sqrt(dk)));
       const top = (w) => Math.max(...w).toFixed(2);
-      barChart(raw, { values: wRaw, labels: keyLabels, title: `softmax(q·k): largest weight ${top(wRaw)}`, xlabel: "key" });
-      barChart(scaled, { values: wScaled, labels: keyLabels, title: `softmax(q·k / √${dk}): largest weight ${top(wScaled)}`, xlabel: "key" });
+      barChart(raw, { values: wRaw, labels: keyLabels, title: `softmax(q·k): largest weight ${top(wRaw)}`, xlabel: "key", width: 320 });
+      barChart(scaled, { values: wScaled, labels: keyLabels, title: `softmax(q·k / √${dk}): largest weight ${top(wScaled)}`, xlabel: "key", width: 320 });
       caption.textContent =
         `One random query against ${nKeys} random keys, each of length d_k = ${dk} with unit-variance entries ` +
         `(drawn in your browser from seed ${seed}). Unscaled, the scores spread over about ±${(2 * Math.sqrt(dk)).toFixed(1)}; ` +

@@ -6,8 +6,8 @@
  * then builds the panels: tokens, attention weights, next-token probabilities and generation.
  * Everything is computed in the browser by gpt-tokenizer.js and gpt-model.js.
  *
- * A prompt may hold tokens the model never saw (its vocabulary is only its corpus's tokens). They
- * are named, struck through and left out; the model runs on the tokens it knows.
+ * A prompt may hold tokens outside the model's vocabulary (which holds only its corpus's tokens).
+ * They are named, struck through and left out; the model runs on the tokens it knows.
  */
 (function (global) {
   "use strict";
@@ -25,6 +25,27 @@
   ];
   // What the book's own corpus is called in the exported model, and how the page names it.
   const BOOK_CORPUS = "sales-textbook";
+  const MAX_NEW_TOKENS = 200;
+  const TOKENS_PER_CHUNK = 5; // generation hands the page back to the browser this often
+  // the heatmap's caption, which the drawing is at least as wide as (12 px text)
+  const AXIS_CAPTION = "rows: query token · columns: key token";
+  const AXIS_CAPTION_WIDTH = 250;
+
+  /** "1 token", "5 tokens". */
+  function plural(n, word) {
+    return `${n} ${word}${n === 1 ? "" : "s"}`;
+  }
+
+  /** The number in an <input type=number>, clamped to [lo, hi] (a whole number with `whole`); the
+   * field is rewritten, so the reader sees the value that is used. Empty or not a number: `fallback`. */
+  function clampField(input, lo, hi, fallback, whole = true) {
+    let value = Number(input.value);
+    if (input.value.trim() === "" || !Number.isFinite(value)) value = fallback;
+    if (whole) value = Math.round(value);
+    value = Math.max(lo, Math.min(hi, value));
+    if (String(value) !== input.value) input.value = String(value);
+    return value;
+  }
 
   /** How the page names the corpus the model was trained on: the `corpus` field of the exported
    * model (a named corpus's title such as "the sales textbook", its name, or a file's name; at the
@@ -59,10 +80,11 @@
   }
 
   /** The attention weights of one head as a T x T heatmap with token labels. The SVG keeps its
-   * natural size (labels 12 px, cell numbers 9 px): on a narrow screen its box scrolls sideways.
+   * natural size (labels 12 px, cell numbers 11 px): on a narrow screen its box scrolls sideways.
    * Text takes the page's colour (currentColor), so the labels read in light and dark mode. */
-  function drawAttention(svg, weights, labels) {
+  function drawAttention(svg, weights, labels, name) {
     svg.replaceChildren();
+    svg.setAttribute("aria-label", name);
     const T = labels.length;
     const cell = Math.max(18, Math.min(34, Math.floor(480 / T)));
     const margin = 110;
@@ -70,7 +92,7 @@
     // a column label is turned by -60°: it reaches cos 60° = 0.5 of its length to the right of its
     // anchor (about 7.5 px a character at 12 px), past the last column's centre
     const longest = Math.max(...shown.map((label) => label.length));
-    const width = margin + T * cell - cell / 2 + Math.ceil(0.5 * 7.5 * longest) + 12;
+    const width = Math.max(AXIS_CAPTION_WIDTH, margin + T * cell - cell / 2 + Math.ceil(0.5 * 7.5 * longest) + 12);
     const height = margin + T * cell + 10;
     svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
     svg.setAttribute("width", width);
@@ -95,7 +117,7 @@
             x: margin + j * cell + cell / 2,
             y: margin + i * cell + cell / 2 + 4,
             "text-anchor": "middle",
-            "font-size": 9,
+            "font-size": 11,
             fill: w > 0.55 ? "white" : "#222",
           });
           text.textContent = w.toFixed(2).replace(/^0/, "");
@@ -111,7 +133,7 @@
       svg.append(colLabel);
     }
     const axis = svgEl("text", { x: 4, y: 14, "font-size": 12, fill: "currentColor", class: "gptp-axis" });
-    axis.textContent = "rows: query token · columns: key token";
+    axis.textContent = AXIS_CAPTION;
     svg.append(axis);
   }
 
@@ -146,16 +168,19 @@
       this.blockSelect = el("select", { id: "gptp-block" }, ...Array.from({ length: nBlocks }, (_, i) => option(i)));
       this.headSelect = el("select", { id: "gptp-head" }, ...Array.from({ length: nHeads }, (_, i) => option(i)));
       this.attention = svgEl("svg", { id: "gptp-attention", class: "gptp-attention", role: "img" });
+      // the slider holds log10 of the temperature: 0.1 at the left end, 1 in the middle, 10 at the right
       this.temperature = el("input", { id: "gptp-temperature", type: "range", min: -1, max: 1, step: 0.05, value: 0 });
       this.temperatureValue = el("output", { id: "gptp-temperature-value" });
       this.nextAbout = el("p", { id: "gptp-next-about", class: "gptp-note" });
       this.next = el("table", { id: "gptp-next", class: "gptp-next" });
-      this.steps = el("input", { id: "gptp-steps", type: "number", min: 1, max: 200, value: 30 });
+      this.steps = el("input", { id: "gptp-steps", type: "number", min: 1, max: MAX_NEW_TOKENS, value: 30 });
       this.genTemperature = el("input", { id: "gptp-gen-temperature", type: "number", min: 0, max: 3, step: 0.1, value: 0.8 });
       this.topK = el("input", { id: "gptp-topk", type: "number", min: 0, max: V, value: 10, title: `0: no cut, all ${V.toLocaleString("en")} tokens can be drawn` });
       this.seed = el("input", { id: "gptp-seed", type: "number", min: 0, value: 1 });
       this.generateButton = el("button", { id: "gptp-generate", type: "button" }, "Generate");
       this.output = el("div", { id: "gptp-output", class: "gptp-output" });
+      this.legend = el("p", { class: "gptp-note" },
+        "Grey: your prompt (struck through: left out, faded: outside the window); bold: what the model wrote.");
       this.timing = el("div", { id: "gptp-timing", class: "gptp-note" });
 
       const section = (title, ...children) => el("section", { class: "gptp-panel" }, el("h3", {}, title), ...children);
@@ -165,7 +190,7 @@
           el("p", { id: "gptp-about", class: "gptp-note" },
             `A model of ${parameters.toLocaleString("en")} parameters, trained${trained} on ${corpus}.`),
           el("div", { id: "gptp-examples", class: "gptp-examples" }, "Try an example: ", ...examples),
-          el("label", { for: "gptp-prompt" }, `Or type some text (the model reads the last ${T} tokens it knows):`),
+          el("label", { for: "gptp-prompt" }, `Or type some text, with no space at the end (the model reads the last ${T} tokens it knows):`),
           this.prompt,
           this.tokens,
           this.unknown,
@@ -173,26 +198,29 @@
         section(
           "2. Attention weights",
           el("div", { class: "gptp-controls" },
-            el("label", {}, "block ", this.blockSelect),
-            el("label", {}, "head ", this.headSelect)),
+            el("label", {}, `block (of ${nBlocks}) `, this.blockSelect),
+            el("label", {}, `head (of ${nHeads}) `, this.headSelect)),
           el("div", { class: "gptp-scroll" }, this.attention),
         ),
         section(
           "3. The next token",
           el("div", { class: "gptp-controls" },
-            el("label", { for: "gptp-temperature" }, "temperature (this table only) "), this.temperature, this.temperatureValue),
+            el("label", { for: "gptp-temperature" }, "temperature (this table only) "),
+            el("span", { class: "gptp-range" }, el("span", { class: "gptp-note" }, "0.1"), this.temperature, el("span", { class: "gptp-note" }, "10")),
+            this.temperatureValue),
           this.nextAbout,
           this.next,
         ),
         section(
           "4. Generate a continuation",
           el("div", { class: "gptp-controls" },
-            el("label", {}, "new tokens ", this.steps),
-            el("label", {}, "sampling temperature (0: greedy) ", this.genTemperature),
+            el("label", {}, `new tokens (1–${MAX_NEW_TOKENS}) `, this.steps),
+            el("label", {}, "sampling temperature (0: greedy, at most 3) ", this.genTemperature),
             el("label", {}, "top-k (0: no cut) ", this.topK),
             el("label", {}, "seed ", this.seed),
             this.generateButton),
           this.output,
+          this.legend,
           this.timing,
         ),
       );
@@ -233,7 +261,8 @@
 
     update() {
       this.result = this.analyse(this.prompt.value);
-      this.output.replaceChildren(); // a continuation of the previous prompt would mislead
+      this.stopGenerating(); // a continuation of the previous prompt would mislead
+      this.output.replaceChildren();
       this.timing.textContent = "";
       this.showTokens();
       this.showAttention();
@@ -265,24 +294,41 @@
       );
       if (!tokens.length) {
         this.showMessage("Type at least one word, or click an example, to see what the model makes of it.");
-      } else if (unknown.length) {
+        return;
+      }
+      const notes = [];
+      if (unknown.length) {
         const names = [...new Set(unknown.map((t) => `“${t.text}” (cl100k id ${t.cl100k})`))];
         const one = names.length === 1;
-        const what =
-          `The model has never seen ${one ? "this token" : "these tokens"}: ${names.join(", ")}. ` +
-          `Its vocabulary holds only the tokens of ${this.about.corpus}, so it has no vector for ` +
-          `${one ? "it" : "them"} (chapter 9). `;
         const T = this.model.config.context_length;
-        const others = `${known.length} other token${known.length === 1 ? "" : "s"}`;
+        const others = plural(known.length, "other token");
         const leftOut = known.length
           ? `${one ? "It is" : "They are"} struck through above and left out: the model reads ` +
             (known.length > T ? `the last ${T} of the ${others}: ` : `the ${others}: `) +
             `${this.readTokens()}.`
           : "No token of this prompt is left to read: rephrase it, or click an example.";
-        this.showMessage(what + leftOut + this.spaceHint(unknown));
-      } else {
-        this.unknown.hidden = true;
+        notes.push(
+          `${one ? "This token is" : "These tokens are"} not in the model's vocabulary: ${names.join(", ")}. ` +
+            `The vocabulary holds only the tokens of ${this.about.corpus}, so the model has no vector ` +
+            `for ${one ? "it" : "them"} (chapter 1). ` + leftOut + this.spaceHint(unknown),
+        );
       }
+      if (tokens.some((t) => t.text.includes("\uFFFD"))) {
+        notes.push(
+          "“�” marks a token that holds only some of a character's bytes: that character is split " +
+            "over several cl100k tokens (chapter 1).",
+        );
+      }
+      const last = window.length ? window[window.length - 1] : null;
+      if (last && last === tokens[tokens.length - 1] && /^ +$/.test(this.tokenizer.decode([last.cl100k]))) {
+        notes.push(
+          `Your prompt ends with a space, and a space at the end is a token of its own (“${last.text}”); ` +
+            "inside a sentence the next word carries its space. So the table below predicts what " +
+            "follows a lone space in the textbook, not the next word: remove the space at the end.",
+        );
+      }
+      if (notes.length) this.showMessage(notes.join(" "));
+      else this.unknown.hidden = true;
     }
 
     /** The tokens the model reads (the known ones inside its window), each in quotes. */
@@ -322,7 +368,9 @@
         return;
       }
       const weights = r.attention[Number(this.blockSelect.value)][Number(this.headSelect.value)];
-      drawAttention(this.attention, weights, r.window.map((t) => t.text));
+      const block = this.blockSelect.value;
+      const head = this.headSelect.value;
+      drawAttention(this.attention, weights, r.window.map((t) => t.text), `attention weights of block ${block}, head ${head}`);
     }
 
     showNext() {
@@ -335,9 +383,10 @@
         return;
       }
       const lastToken = r.window[r.window.length - 1].text;
+      const read = r.window.length === 1 ? "that token alone" : `all ${r.window.length} tokens it read`;
       this.nextAbout.textContent =
-        `The ten most likely tokens to follow “${lastToken}”, the last token the model read, ` +
-        `as softmax(logits / temperature).`;
+        `The ten most likely tokens to follow “${lastToken}”, the last token the model read: ` +
+        `computed at its position from ${read}, as softmax(logits / temperature).`;
       const last = r.logits[r.logits.length - 1];
       const probs = book.softmax(last, tau);
       const order = Array.from(probs.keys()).sort((a, b) => probs[b] - probs[a]).slice(0, 10);
@@ -360,32 +409,58 @@
       }
     }
 
-    generate() {
+    /** Sample the continuation a few tokens at a time, writing it as it grows: between chunks
+     * the browser can draw the page and take clicks. A new prompt stops it (see update). */
+    async generate() {
       const r = this.result;
       if (!r || !r.logits) {
         this.output.textContent = "Give a prompt the model can read first (see above).";
         return;
       }
-      const steps = Math.max(1, Math.min(200, Number(this.steps.value) || 1));
-      const temperature = Math.max(0, Number(this.genTemperature.value) || 0);
-      const topK = Math.max(0, Math.floor(Number(this.topK.value) || 0));
-      const random = book.seededRandom(Number(this.seed.value) || 0);
-      const started = performance.now();
-      const ids = this.model.generate(r.window.map((t) => t.model), steps, { temperature, topK, random });
-      const seconds = (performance.now() - started) / 1000;
-      const text = this.tokenizer.decode(ids.map((id) => this.model.toCl100kId(id)));
-      // the prompt as typed: the tokens that were left out struck through, the known ones before
-      // the window (which the model no longer sees) greyed out
+      const V = this.model.config.vocab_size;
+      const steps = clampField(this.steps, 1, MAX_NEW_TOKENS, 30);
+      const temperature = clampField(this.genTemperature, 0, 3, 0, false);
+      const topK = clampField(this.topK, 0, V, 0);
+      const random = book.seededRandom(clampField(this.seed, 0, 2 ** 32 - 1, 0));
+      const run = {};
+      this.running = run;
+      this.generateButton.disabled = true;
+      // the prompt as typed: the tokens that were left out struck through (the word, not the space
+      // before it), the known ones before the window (which the model no longer sees) greyed out
       const read = new Set(r.window);
       const echo = r.tokens.map((t) => {
         const piece = this.tokenizer.decode([t.cl100k]);
-        if (t.model === undefined) return el("del", { class: "gptp-left-out" }, piece);
+        if (t.model === undefined) {
+          const [, space, word] = piece.match(/^( *)([^]*)$/);
+          return word ? el("span", {}, space, el("del", { class: "gptp-left-out" }, word)) : el("del", { class: "gptp-left-out" }, piece);
+        }
         return read.has(t) ? piece : el("span", { class: "gptp-outside" }, piece);
       });
-      this.output.replaceChildren(el("span", { class: "gptp-prompt-echo" }, ...echo), el("strong", {}, text));
+      const written = el("strong", {});
+      this.output.replaceChildren(el("span", { class: "gptp-prompt-echo" }, ...echo), written);
+      const prompt = r.window.map((t) => t.model);
+      let ids = [];
+      let seconds = 0; // time spent computing, without the pauses between chunks
+      while (ids.length < steps) {
+        const started = performance.now();
+        const n = Math.min(TOKENS_PER_CHUNK, steps - ids.length);
+        ids = ids.concat(this.model.generate(prompt.concat(ids), n, { temperature, topK, random }));
+        seconds += (performance.now() - started) / 1000;
+        written.textContent = this.tokenizer.decode(ids.map((id) => this.model.toCl100kId(id)));
+        this.timing.textContent = `Generating… ${ids.length} of ${steps}`;
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        if (this.running !== run) return; // the prompt changed meanwhile
+      }
+      this.stopGenerating();
       this.timings.tokensPerSecond = steps / seconds;
-      this.timing.textContent = `${steps} tokens in ${seconds.toFixed(2)} s (${(steps / seconds).toFixed(0)} tokens/s), computed in your browser.`;
+      this.timing.textContent =
+        `${plural(steps, "token")} in ${seconds.toFixed(2)} s (${(steps / seconds).toFixed(0)} tokens/s), computed in your browser.`;
       this.root.dataset.generated = String(Number(this.root.dataset.generated || 0) + 1);
+    }
+
+    stopGenerating() {
+      this.running = null;
+      this.generateButton.disabled = false;
     }
   }
 
