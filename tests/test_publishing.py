@@ -106,29 +106,30 @@ def test_set_repository_refuses_what_is_not_a_github_repository(book_copy: Path)
     assert (book_copy / "_config.yml").read_text() == before
 
 
-def test_readme_links_every_page_of_the_book_and_every_link_resolves() -> None:
-    readme = (ROOT / "README.md").read_text()
-    targets = re.findall(r"\]\(((?!https?://)[^)#]+)\)", readme)  # relative links
+def _pages_not_linked_from(page: str) -> list[str]:
+    """The pages of the table of contents that ``page`` does not link to; fails first if one of
+    its relative links points at a file that does not exist."""
+    text = (ROOT / page).read_text()
+    targets = re.findall(r"\]\(((?!https?://)[^)#]+)\)", text)  # relative links
     missing = [t for t in targets if not (ROOT / t).exists()]
-    assert not missing, f"README links to files that do not exist: {missing}"
+    assert not missing, f"{page} links to files that do not exist: {missing}"
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     pages = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     linked = {str(Path(t).with_suffix("")) for t in targets}
-    unlisted = [page for page in pages if page not in linked]
+    return [p for p in pages if p not in linked]
+
+
+def test_readme_links_every_page_of_the_book_and_every_link_resolves() -> None:
+    unlisted = _pages_not_linked_from("README.md")
     assert not unlisted, f"README's chapter list misses {unlisted}"
 
 
 def test_intro_lists_every_page_and_states_the_running_examples_sizes() -> None:
     from gptlib.example import BATCH_SIZE, CONTEXT_LENGTH, D_MODEL, N_BLOCKS, N_HEADS
 
+    unlisted = _pages_not_linked_from("intro.md")
+    assert not unlisted, f"intro.md's chapter map misses {unlisted}"
     intro = (ROOT / "intro.md").read_text()
-    targets = re.findall(r"\]\(((?!https?://)[^)#]+)\)", intro)  # relative links
-    missing = [t for t in targets if not (ROOT / t).exists()]
-    assert not missing, f"intro.md links to files that do not exist: {missing}"
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    pages = [c["file"] for part in toc["parts"] for c in part["chapters"]]
-    linked = {str(Path(t).with_suffix("")) for t in targets}
-    assert not [p for p in pages if p not in linked], "intro.md's chapter map misses a page"
     sizes = (  # the running example, as the intro states it: typed there, checked here
         f"a batch of {BATCH_SIZE} sequences of {CONTEXT_LENGTH} tokens, {D_MODEL} numbers per "
         f"token, {N_HEADS} attention heads and {N_BLOCKS} transformer blocks"
