@@ -7,8 +7,10 @@ AdamW with a cosine schedule, one CPU thread), the book's model and variants of 
 * ``modern``: all four changes of chapter 13 at once (RoPE, RMSNorm, SwiGLU, grouped-query
   attention with 2 key/value heads) and no biases;
 * ``rope``, ``rmsnorm``, ``swiglu``, ``gqa``: one change each, the rest as in the book's model;
-* ``book:1``, ``modern:1``: those two again with other seeds (model seed 1, batch seed 1338), to
-  see how far two runs of the same model land apart.
+* ``llama``: ``modern`` without the book's √d_model factor on the token embeddings, as Llama-style
+  models are built;
+* ``book:1``, ``modern:1``, ``llama:1``: those again with other seeds (model seed 1, batch seed
+  1338), to see how far two runs of the same model land apart.
 
 A variant whose parameter count differs from the book model's by more than 1% gets the
 feed-forward width (``d_ff``) that brings it closest, so every model has (almost) the same
@@ -73,8 +75,11 @@ VARIANTS = {  # name -> the GPTConfig fields it changes
     "rmsnorm": {"norm_type": "rmsnorm"},
     "swiglu": {"activation": "swiglu"},
     "gqa": {"n_kv_heads": 2},
+    # "modern" keeps the book's sqrt(d_model) factor on the token embeddings; Llama-style models
+    # drop it, so this one is the whole Llama recipe
+    "llama": {**MODERN, "scale_embeddings": False},
 }
-DEFAULT_RUNS = [*VARIANTS, "book:1", "modern:1"]  # ":1" = the same model with other seeds
+DEFAULT_RUNS = [*VARIANTS, "book:1", "modern:1", "llama:1"]  # ":1": the same, other seeds
 
 
 def n_params(config: GPTConfig) -> int:
