@@ -30,7 +30,11 @@ or, as the stored file was made, in parallel parts joined by ``--merge`` (which 
     nice python tools/modern_ablation.py --variants rmsnorm swiglu gqa --rounds 0 --out /tmp/p2.json
     nice python tools/modern_ablation.py --variants book:1 --rounds 0 --out /tmp/p3.json
     nice python tools/modern_ablation.py --variants modern:1 --rounds 0 --out /tmp/p4.json
-    nice python tools/modern_ablation.py --merge /tmp/p1.json /tmp/p2.json /tmp/p3.json /tmp/p4.json
+    nice python tools/modern_ablation.py --variants llama llama:1 --rounds 0 --out /tmp/p5.json
+    nice python tools/modern_ablation.py --merge /tmp/p[1-5].json
+
+(The stored file's ``llama`` runs were added later to the first eight, without timing them: its
+``command`` field says so.)
 
 ``--merge`` joins the training results of earlier runs (made in parallel, say) and times all
 their variants in this process. The result goes to ``chapters/data/ch13_ablation.json`` by
