@@ -164,7 +164,11 @@ class TrainConfig:
     eval_iters: int = option(20, "batches per loss estimate")
     seed: int = option(1337, "seeds batches and dropout (on the command line also the weights)")
     device: str = option("auto", "auto (cuda > mps > cpu), cpu, cuda[:N] or mps")
-    autocast_bf16: bool = option(True, "bf16 autocast, used only on CUDA", flag="--no-bf16")
+    autocast_bf16: bool = option(
+        True,
+        "bf16 autocast, used only on CUDA GPUs with native bf16 (Ampere and newer)",
+        flag="--no-bf16",
+    )
     checkpoint_interval: int = option(0, "also save every this many steps (0: only at the end)")
     fast: bool = option(True, "gptlib.fast's speed paths: the same maths, faster on a CPU")
 

@@ -123,8 +123,17 @@ def train_step(
     return loss.item()
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA GPU that computes in bf16 natively (compute capability 8.0 and
+    newer, or ROCm). ``torch.cuda.is_bf16_supported()`` also says yes where bf16 is only emulated
+    (a T4, for one): there it costs precision and brings no speed, so gptlib stays in float32."""
+    if device.type != "cuda" or not torch.cuda.is_bf16_supported():
+        return False
+    return bool(torch.version.hip) or torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def _autocast(device: torch.device, config: TrainConfig):
-    if config.autocast_bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported():
+    if config.autocast_bf16 and native_bf16(device):
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -3,6 +3,7 @@ reproducibility, resuming and the non-finite loss stop."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import replace
 
@@ -236,6 +237,22 @@ def test_nothing_to_do_when_checkpoint_is_past_max_iters(tmp_path):
     )  # fmt: skip
     assert again["step"] == first["step"] == [4.0, 8.0]
     assert load_checkpoint(path).step == 8
+
+
+def test_bf16_autocast_only_where_bf16_is_native(monkeypatch):
+    # a T4 (compute capability 7.5): PyTorch reports bf16 support, emulated; no autocast there
+    from gptlib import train as train_module
+
+    cuda, config = torch.device("cuda", 0), quick_config(autocast_bf16=True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert not train_module.native_bf16(cuda)
+    assert isinstance(train_module._autocast(cuda, config), contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert train_module.native_bf16(cuda)  # an A100 or newer
+    assert not train_module.native_bf16(torch.device("cpu"))
+    assert not train_module.native_bf16(torch.device("mps"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 autocast is used only on CUDA")
