@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import pickle
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -377,6 +378,19 @@ def _folder_class(path: Path):
     return getattr(import_transformers(), arch.hf_class)
 
 
+def _check_folder_config(path: Path, hf_class) -> None:
+    """Raise PretrainedUnavailableError, naming the problem, if gptlib cannot express the folder's
+    config.json (the RoPE scaling of Llama 3.1, say), before any weights are read."""
+    hf_config = hf_class.config_class.from_pretrained(path)
+    arch = architecture_of(hf_config.model_type, str(path / CONFIG_FILE))
+    try:
+        with warnings.catch_warnings():  # from_hf warns (once) when it converts the model
+            warnings.simplefilter("ignore")
+            arch.config_from_hf(hf_config)
+    except ValueError as err:
+        raise PretrainedUnavailableError(f"{path}: {err}") from err
+
+
 def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike | None) -> str:
     """Why the weights ``name`` (the Hub repository ``repo_id``) could not be had, and the three
     ways to get them."""
@@ -471,8 +485,10 @@ def from_pretrained(
     path = Path(name).expanduser()
     if path.is_dir():
         _check_local_dir(path)
+        hf_class = _folder_class(path)
+        _check_folder_config(path, hf_class)  # before transformers reads gigabytes of weights
         with _pickles_refused(path):
-            hf_model = _folder_class(path).from_pretrained(path, local_files_only=True)
+            hf_model = hf_class.from_pretrained(path, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"

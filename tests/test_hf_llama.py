@@ -164,6 +164,25 @@ def test_from_pretrained_reads_a_llama_folder(tmp_path):
         assert (model(ids(7))[0] - reference(ids(7)).logits).abs().max().item() < TOL
 
 
+def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_path):
+    # Llama 3.1's rotary scaling: refused from config.json alone (the weights file is not even a
+    # valid safetensors file), with the error chapter 13's optional cell catches
+    small_llama(6).config.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["rope_parameters"] = {
+        "rope_type": "llama3",
+        "rope_theta": 500_000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"not read")
+    with pytest.raises(hf.PretrainedUnavailableError, match="rope_type='llama3'"):
+        hf.from_pretrained(tmp_path)
+
+
 def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (tmp_path / "model.safetensors").write_bytes(b"")
