@@ -136,3 +136,16 @@ def test_intro_lists_every_page_and_states_the_running_examples_sizes() -> None:
     )
     text = " ".join(intro.split())
     assert sizes in text and f"the depth of {N_BLOCKS} blocks" in text
+
+
+def test_readme_quotes_the_measured_drift() -> None:
+    """The README's *Why your numbers may differ* types the drift that tools/ch10_drift.py
+    measured (chapters/data/ch10_drift.json): a new measurement must update the README too."""
+    drift = json.loads((ROOT / "chapters" / "data" / "ch10_drift.json").read_text())
+    readme = " ".join((ROOT / "README.md").read_text().split())  # lines joined
+    default = drift["final_val_loss_default_kernels"]
+    portable = drift["final_val_loss_portable_kernels"]
+    difference = drift["final_val_loss_difference"]
+    percent = 100 * difference / default
+    assert f"moved by {difference} nats" in readme
+    assert f"({default} against {portable}, about {percent:.1f}%" in readme

@@ -70,7 +70,7 @@
           width: w * 0.8,
           height: Math.max(0.5, Math.abs(y1 - y0)),
           fill,
-          stroke: i === highlight ? "black" : "none",
+          stroke: i === highlight ? "currentColor" : "none", // the page's text colour: dark mode too
           "stroke-width": 1.5,
         }),
       );
@@ -148,6 +148,7 @@
       el("div", { class: "gptbook-title" }, `${T} × ${C} table`),
       el("div", { class: "gptbook-pe-stack" }, canvas, marks),
       el("div", { class: "gptbook-tick" }, "rows: position · columns: dimension"),
+      el("div", { class: "gptbook-tick gptbook-pe-key" }, "−1 ", el("span", { class: "gptbook-pe-ramp" }), " 0 ", el("span", { class: "gptbook-pe-ramp gptbook-pe-ramp-up" }), " +1"),
     );
     root.replaceChildren(
       el("div", { class: "gptbook-controls" }, posSlider.row, dimSlider.row),
@@ -173,7 +174,7 @@
     }
     const points = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
     svg.append(svgEl("polyline", { points, fill: "none", stroke: BAR, "stroke-width": 1.5 }));
-    svg.append(svgEl("circle", { cx: x(marked), cy: y(values[marked]), r: 4, fill: "black" }));
+    svg.append(svgEl("circle", { cx: x(marked), cy: y(values[marked]), r: 4, fill: "currentColor" }));
     svg.append(svgEl("text", { x: width / 2, y: height - 4, "text-anchor": "middle", class: "gptbook-tick" }, "position"));
   }
 
@@ -257,7 +258,7 @@
       barChart(chart, {
         values: w,
         labels,
-        title: `τ = ${+tau.toPrecision(3)}: largest weight ${Math.max(...w).toFixed(2)}, entropy ${entropy.toFixed(2)} (uniform ${Math.log(w.length).toFixed(2)})`,
+        title: `τ = ${+tau.toPrecision(3)}: largest weight ${Math.max(...w).toFixed(2)}, entropy ${entropy.toFixed(2)} nats (uniform ${Math.log(w.length).toFixed(2)})`,
         outline: atOne,
         width: 520,
       });
