@@ -19,7 +19,8 @@
 5. The kernel-free sliders of chapters 3, 5 and 6 are moved with the keyboard: the figure changes
    and shows the right numbers. On "Try the model", typed prompts give tiktoken's tokens and
    PyTorch's logits (within 1e-4) and attention weights (within 1e-5), greedy generation gives
-   gptlib's tokens, the example prompts can be clicked, tokens the model cannot read are named and
+   the tokens of ``gptlib.generate.generate``, sampling draws what softmax(logits / τ) over the
+   top k says, the example prompts can be clicked, tokens the model cannot read are named and
    left out (the model runs on the others), a space at the end of the prompt is pointed out, the
    generation fields are clamped to what is used, and the corpus named in the exported model is
    the one the page names.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib.util
+import itertools
 import json
 import math
 import random
@@ -53,8 +55,11 @@ import yaml
 from playwright.sync_api import sync_playwright
 
 from gptlib.checkpoint import load_checkpoint, save_checkpoint
+from gptlib.data import train_val_split
+from gptlib.generate import generate
 from gptlib.model import GPT, GPTConfig, sinusoidal_positional_encoding
 from gptlib.tokenizer import Tokenizer, token_strings
+from gptlib.train import TrainConfig, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
@@ -111,22 +116,28 @@ def _exporter():
 # --------------------------------------------------------------------------------------------
 
 
-def _train(config: GPTConfig, ids: torch.Tensor, steps: int, seed: int = 0) -> GPT:
-    """A short AdamW run on next-token prediction: enough to give the logits some structure."""
+SHORT_RUN = TrainConfig(learning_rate=3e-3, weight_decay=0.01, device="cpu")
+
+
+def _train(config: GPTConfig, ids: torch.Tensor, steps: int, seed: int = 0):  # noqa: ANN202
+    """A short AdamW run on next-token prediction: enough to give the logits some structure.
+    Returns the model, its optimizer and the set of ids it read as inputs."""
     torch.manual_seed(seed)
     model = GPT(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = make_optimizer(model, SHORT_RUN)
     generator = torch.Generator().manual_seed(seed)
     T = config.context_length
+    read: set[int] = set()
     for _ in range(steps):
         starts = torch.randint(len(ids) - T - 1, (16,), generator=generator)
         x = torch.stack([ids[s : s + T] for s in starts])  # (16, T)
         y = torch.stack([ids[s + 1 : s + T + 1] for s in starts])  # (16, T)
+        read.update(x.flatten().tolist())
         _, loss = model(x, y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return model.eval()
+    return model.eval(), optimizer, read
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +155,21 @@ def web_checkpoint(tokenizer: Tokenizer, corpus_text: str, tmp_path_factory) -> 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            model = _train(config, ids, steps=60)
+            model, optimizer, read = _train(config, ids, steps=60)
         finally:
             torch.set_num_threads(threads)
     path = tmp_path_factory.mktemp("web-model") / "checkpoint.pt"
-    save_checkpoint(path, model, vocab=tokenizer.vocab, step=60)
+    save_checkpoint(
+        path, model, optimizer=optimizer, train_config=SHORT_RUN, vocab=tokenizer.vocab, step=60
+    )
+    (path.parent / "read_ids.json").write_text(json.dumps(sorted(read)))  # for the tests
     return path
+
+
+def _unread(web_checkpoint: Path, vocab_size: int) -> list[int]:
+    """The model ids the stand-in's training never read as an input."""
+    read = set(json.loads((web_checkpoint.parent / "read_ids.json").read_text()))
+    return sorted(set(range(vocab_size)) - read)
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +316,9 @@ def test_model_is_exported_into_the_site(site: Path, web_checkpoint: Path) -> No
     payload = json.loads(text.removeprefix("window.gptWebModel = ").rstrip().removesuffix(";"))
     model = load_checkpoint(web_checkpoint).model
     assert payload["available"] and payload["num_parameters"] == model.num_parameters()
+    # the tokens the page marks: exactly those the run never read (AdamW's state says which)
+    unread = _unread(web_checkpoint, model.config.vocab_size)
+    assert 0 < len(unread) < model.config.vocab_size and payload["unread_ids"] == unread
     assert (site / "_static" / "web-model" / "tokenizer.js").stat().st_size > 500_000
     assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file(), (
         "MathJax is not served locally"
@@ -307,6 +330,12 @@ def test_missing_checkpoint_writes_a_message(tmp_path: Path) -> None:
     text = (tmp_path / "model.js").read_text()
     assert '"available":false' in text and "chapter 10b" in text
     assert not (tmp_path / "tokenizer.js").exists()
+
+
+def test_export_without_optimizer_state_marks_nothing(tmp_path: Path) -> None:
+    """Weights saved without AdamW's state say nothing about which tokens training read."""
+    save_checkpoint(tmp_path / "weights.pt", GPT(GPTConfig(vocab_size=50, n_blocks=1)))
+    assert _exporter().model_payload(tmp_path / "weights.pt")["unread_ids"] is None
 
 
 def test_export_refuses_chapter_13_models(tmp_path: Path) -> None:
@@ -682,6 +711,29 @@ def test_model_page_attention_and_next_token(model_page, web_checkpoint: Path, t
         " width: Number(svg.getAttribute('width')), height: Number(svg.getAttribute('height'))}; }"
     )
     assert box["right"] <= box["width"] and box["bottom"] <= box["height"], box
+    # a cell's weight to three decimals, under the map, when the pointer is over it (its number too)
+    w = page_weights[0, 0]  # (T, T) block 0, head 0
+    last = w.shape[0] - 1
+    model_page.hover(f"#gptp-attention rect[data-i='{last}'][data-j='{last - 1}']")
+    labels = token_strings(tokenizer.encoding, tokenizer.encoding.encode_ordinary(prompt))
+    expected_cell = f"row {last} “{labels[last]}” → column {last - 1} “{labels[last - 1]}”: "
+    assert model_page.inner_text("#gptp-cell") == expected_cell + f"{float(w[last, last - 1]):.3f}"
+    # the previous-token line: the appendix's measure, for this head and the block's heads
+    t = torch.arange(1, w.shape[0])
+    shares = page_weights[0][:, t, t - 1].mean(dim=-1)  # (H,)
+    even = float((1.0 / (t + 1)).mean())
+    line = model_page.inner_text("#gptp-previous")
+    assert f"{float(shares[0]):.2f} in this head" in line and f"would give {even:.2f}" in line
+    assert ", ".join(f"{float(v):.2f}" for v in shares) in line
+    # dark mode: the map is redrawn with light cells for heavy weights (row 0 puts 1 on itself)
+    cell = "#gptp-attention rect[data-i='0'][data-j='0']"
+    assert model_page.get_attribute(cell, "fill") == "rgb(8, 48, 107)"
+    model_page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+    model_page.wait_for_function(
+        f"() => document.querySelector(\"{cell}\").getAttribute('fill') === 'rgb(150, 205, 255)'"
+    )
+    heatmap.screenshot(path=str(SCREENSHOTS / "model-attention-dark.png"))
+    model_page.evaluate("() => { document.documentElement.dataset.theme = 'light'; }")
     before = heatmap.inner_html()
     model_page.select_option("#gptp-block", str(model.config.n_blocks - 1))
     model_page.select_option("#gptp-head", "2")
@@ -699,8 +751,32 @@ def test_model_page_attention_and_next_token(model_page, web_checkpoint: Path, t
     probs = torch.softmax(logits[0, -1].double() / tau, dim=-1)  # float64, as the page
     top = model_page.locator("#gptp-next tr[data-model]").first
     assert int(top.get_attribute("data-model")) == int(probs.argmax())
-    assert top.locator("td").nth(1).inner_text() == f"{probs.max():.3f}"
+    shown = top.locator("td").nth(1).inner_text()  # 3 significant digits
+    assert math.isclose(float(shown), float(probs.max()), rel_tol=5e-3), shown
+    # at the right end (τ = 10) the ten rows still differ and keep PyTorch's order
+    for _ in range(60):
+        model_page.keyboard.press("ArrowRight")
+    assert model_page.inner_text("#gptp-temperature-value") == "10.00"
+    rows = model_page.locator("#gptp-next tr[data-model]")
+    page_order = [int(r.get_attribute("data-model")) for r in rows.all()]
+    z = logits[0, -1]  # (V,) the order of the logits is the order of the probabilities
+    assert float(z[page_order[-1]]) >= float(z.topk(10).values[-1]) - LOGIT_TOLERANCE
+    assert all(z[a] >= z[b] - LOGIT_TOLERANCE for a, b in itertools.pairwise(page_order))
+    shown = rows.locator("td.gptp-probability").all_inner_texts()
+    assert len(set(shown)) > 1, shown
     model_page.locator("#gptp-next").screenshot(path=str(SCREENSHOTS / "model-next-token.png"))
+
+
+def assert_sampled_from_top_k(model: GPT, ids: list[int], drawn: list[int], k: int) -> None:
+    """Each drawn id is among the k largest of PyTorch's logits for the window before it."""
+    T = model.config.context_length
+    ids = list(ids)
+    for token in drawn:
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([ids[-T:]]))  # (1, T, V)
+        kth = logits[0, -1].topk(k).values[-1]
+        assert logits[0, -1, token] >= kth - LOGIT_TOLERANCE, (len(ids), token)
+        ids.append(token)
 
 
 def test_model_page_generates_like_gptlib(model_page, web_checkpoint: Path, tokenizer) -> None:
@@ -711,12 +787,8 @@ def test_model_page_generates_like_gptlib(model_page, web_checkpoint: Path, toke
     model_page.fill("#gptp-gen-temperature", "0")  # greedy: no randomness to compare
     click_generate(model_page)
     text = model_page.text_content("#gptp-output strong")
-    ids = tokenizer.encode(prompt)
-    with torch.no_grad():
-        for _ in range(20):
-            logits, _ = model(torch.tensor([ids[-model.config.context_length :]]))
-            ids.append(int(logits[0, -1].argmax()))
-    assert text == tokenizer.decode(ids[-20:]), "greedy generation differs from PyTorch's"
+    ids = generate(model, tokenizer.encode(prompt), 20, temperature=0).tolist()  # KV cache on
+    assert text == tokenizer.decode(ids[-20:]), "greedy generation differs from gptlib's"
     # sampling: 60 new tokens at temperature 0.8, top-k 10; same seed, same text
     model_page.fill("#gptp-steps", "60")
     model_page.fill("#gptp-gen-temperature", "0.8")
@@ -724,12 +796,40 @@ def test_model_page_generates_like_gptlib(model_page, web_checkpoint: Path, toke
     first = model_page.text_content("#gptp-output strong")
     click_generate(model_page)
     assert first and model_page.text_content("#gptp-output strong") == first
+    # every sampled token is among the 10 most likely of PyTorch's logits for its window
+    ids = tokenizer.encode(prompt)
+    drawn = model_page.evaluate(
+        "(ids) => GPTBook.playground.model.generate(ids, 60,"
+        " {temperature: 0.8, topK: 10, random: GPTBook.seededRandom(1)})",
+        ids,
+    )
+    assert_sampled_from_top_k(model, ids, drawn, k=10)
     timings = model_page.evaluate("() => GPTBook.playground.timings")
     model_page.locator("#gpt-playground").screenshot(path=str(SCREENSHOTS / "model-playground.png"))
     _record(
         time_to_first_prediction_ms=round(timings["firstPrediction"]),
         generation_tokens_per_second=round(timings["tokensPerSecond"], 1),
     )
+
+
+def test_page_sampling_is_the_inverse_cdf(model_page) -> None:
+    """sampleNext with a stubbed random(): the id that the inverse CDF of softmax(logits / τ)
+    over the k largest logits gives for that number (chapter 11's sampling), and the largest logit
+    at temperature 0."""
+    logits = [2.0, 1.0, 0.1, -1.0, 0.5, 3.0, -2.0]
+    order = sorted(range(len(logits)), key=lambda i: -logits[i])
+    for tau, k in [(0.8, 3), (1.5, 0), (0.5, 1), (3.0, 5)]:
+        kept = order[:k] if k else order
+        weights = [math.exp(logits[i] / tau) for i in kept]
+        cdf = [sum(weights[: n + 1]) / sum(weights) for n in range(len(kept))]
+        for u in [0.0, 0.07, 0.31, 0.52, 0.77, 0.93, 0.999]:
+            expected = kept[next((n for n, c in enumerate(cdf) if u < c), len(kept) - 1)]
+            got = model_page.evaluate(
+                "([z, t, k, u]) => GPTBook.sampleNext(z, t, k, () => u)", [logits, tau, k, u]
+            )
+            assert got == expected, (tau, k, u)
+    greedy = model_page.evaluate("(z) => GPTBook.sampleNext(z, 0, 0, Math.random)", logits)
+    assert greedy == order[0]
 
 
 PROMPTS_WITH_UNKNOWN_TOKENS = [
@@ -763,7 +863,7 @@ def test_model_page_leaves_out_unknown_tokens(
     difference = (torch.tensor(result["logits"], dtype=torch.float64) - logits[0].double()).abs()
     assert difference.max().item() < LOGIT_TOLERANCE
     assert model_page.locator("#gptp-next tr[data-model]").count() == 10
-    assert model_page.locator("#gptp-attention rect").count() == len(window) ** 2
+    assert model_page.locator("#gptp-attention rect:not(.gptp-key)").count() == len(window) ** 2
     # what the reader sees: the unknown tokens struck through, named, and the text the model reads
     struck = model_page.eval_on_selector_all(
         "#gptp-tokens .gptp-unknown del", "els => els.map((e) => e.textContent)"
@@ -780,11 +880,7 @@ def test_model_page_leaves_out_unknown_tokens(
     model_page.fill("#gptp-steps", "5")
     model_page.fill("#gptp-gen-temperature", "0")
     click_generate(model_page)
-    ids = list(window)
-    with torch.no_grad():
-        for _ in range(5):
-            logits, _ = model(torch.tensor([ids[-model.config.context_length :]]))
-            ids.append(int(logits[0, -1].argmax()))
+    ids = generate(model, window, 5, temperature=0).tolist()
     assert model_page.text_content("#gptp-output strong") == tokenizer.decode(ids[-5:])
     left_out = model_page.eval_on_selector_all(
         "#gptp-output del.gptp-left-out", "els => els.map((e) => e.textContent)"
@@ -832,14 +928,54 @@ def test_model_page_example_prompts(browser: Browser, tokenizer: Tokenizer) -> N
 
 
 def test_model_page_explains_a_word_without_its_space(model_page, tokenizer: Tokenizer) -> None:
-    """A word at the start of the text is another token than the same word after a space: the page
-    says so when only the spaced one is in the vocabulary."""
+    """A word at the start of the text is a different token from the same word after a space: the
+    page says so when only the spaced one is in the vocabulary, and not when a space would not
+    help."""
     bare, spaced = (tokenizer.encoding.encode_ordinary(w) for w in ("customer", " customer"))
     assert len(bare) == len(spaced) == 1 and bare[0] not in tokenizer.vocab
     assert spaced[0] in tokenizer.vocab
     type_prompt(model_page, "customer and the price")
     message = model_page.inner_text("#gptp-unknown")
-    assert "“customer” without a space before it is another token than “␣customer”" in message
+    assert "“customer” without a space before it is a different token from “␣customer”" in message
+    word = "Héllo"  # unknown with or without a space before it: no hint
+    assert any(t not in tokenizer.vocab for t in tokenizer.encoding.encode_ordinary(" " + word))
+    type_prompt(model_page, f"{word} and the price")
+    assert "without a space before it" not in model_page.inner_text("#gptp-unknown")
+
+
+def test_model_page_marks_tokens_never_read_in_training(
+    model_page, web_checkpoint: Path, tokenizer: Tokenizer
+) -> None:
+    """A token in the vocabulary that training never read keeps its random vector: the page
+    marks its chip (dashed) and says so; a token training read is not marked."""
+    unread = set(_unread(web_checkpoint, tokenizer.vocab_size))
+    read_word = next(  # a spaced word the stand-in read, and one it never read
+        t
+        for t in tokenizer.vocab.ids
+        if tokenizer.vocab.encode([t])[0] not in unread
+        and tokenizer.encoding.decode([t]).startswith(" ")
+        and tokenizer.encoding.decode([t])[1:].isalpha()
+    )
+    unread_word = next(
+        t
+        for t in tokenizer.vocab.ids
+        if tokenizer.vocab.encode([t])[0] in unread
+        and tokenizer.encoding.decode([t]).startswith(" ")
+        and tokenizer.encoding.decode([t])[1:].isalpha()
+    )
+    prompt = tokenizer.encoding.decode([read_word, unread_word])
+    assert tokenizer.encoding.encode_ordinary(prompt) == [read_word, unread_word]
+    type_prompt(model_page, prompt)
+    marked = model_page.eval_on_selector_all(
+        "#gptp-tokens .gptp-token", "els => els.map((e) => e.classList.contains('gptp-unread'))"
+    )
+    assert marked == [False, True]
+    title = model_page.get_attribute("#gptp-tokens .gptp-unread", "title")
+    assert "never read in training" in title
+    name = tokenizer.encoding.decode([unread_word]).replace(" ", "␣")
+    message = model_page.inner_text("#gptp-unknown")
+    assert f"“{name}” is in the vocabulary, but training never read it" in message
+    assert not script_errors(model_page), script_errors(model_page)
 
 
 def test_model_page_points_out_a_space_at_the_end(model_page, tokenizer: Tokenizer) -> None:
@@ -969,15 +1105,22 @@ def test_page_model_handles_other_configs(model_page, tokenizer: Tokenizer, tmp_
 BOOK_CHECKPOINT = ROOT / "chapters" / "runs" / "ch10" / "checkpoint.pt"
 
 
-def test_page_model_matches_pytorch_on_the_books_model(model_page, tokenizer: Tokenizer) -> None:
+def test_page_model_matches_pytorch_on_the_books_model(
+    model_page, tokenizer: Tokenizer, corpus_text: str
+) -> None:
     """The model the site exports (chapter 10b's, 8 blocks), not only the small stand-in above:
-    the page's code gives PyTorch's logits and attention weights on the example prompts. Skipped
+    the page's code gives PyTorch's logits and attention weights on the example prompts, gptlib's
+    greedy text, and sampled tokens from the top k. Skipped
     only where chapter 10b has not run; checked when the test runs (not at collection), because
     in ``make test`` chapter 10b runs in the same session, before this file (tests/conftest.py)."""
     if not BOOK_CHECKPOINT.is_file():
         pytest.skip(f"chapter 10b has not been run here: no {BOOK_CHECKPOINT}")
     payload = _exporter().model_payload(BOOK_CHECKPOINT)
     model = load_checkpoint(BOOK_CHECKPOINT).model.eval()
+    # the tokens the page marks are those chapter 10b's training split never gives as an input
+    train, _ = train_val_split(torch.tensor(tokenizer.encoding.encode_ordinary(corpus_text)), 0.1)
+    inputs = set(tokenizer.vocab.encode(train[:-1].tolist()))  # the last one is only a target
+    assert payload["unread_ids"] == sorted(set(range(tokenizer.vocab_size)) - inputs)
     examples = model_page.locator("#gptp-examples button").all_text_contents()
     for prompt in examples:
         ids = tokenizer.vocab.encode(
@@ -996,6 +1139,18 @@ def test_page_model_matches_pytorch_on_the_books_model(model_page, tokenizer: To
         assert difference < LOGIT_TOLERANCE, f"{prompt!r}: logits differ by {difference:.2e}"
         page_weights = torch.tensor(page["attention"], dtype=torch.float64)
         torch.testing.assert_close(page_weights, weights.double(), atol=1e-5, rtol=0)
+    # generation from the first example (readable whole): greedy as gptlib.generate, sampling
+    ids = tokenizer.encode(examples[0])
+    for temperature, top_k in [(0, 0), (0.8, 10)]:
+        drawn = model_page.evaluate(
+            "([data, ids, t, k]) => new GPTBook.GPTModel(data).generate(ids, 30,"
+            " {temperature: t, topK: k, random: GPTBook.seededRandom(1)})",
+            [payload, ids, temperature, top_k],
+        )
+        if temperature == 0:
+            assert drawn == generate(model, ids, 30, temperature=0).tolist()[len(ids) :]
+        else:
+            assert_sampled_from_top_k(model, ids, drawn, k=top_k)
 
 
 def test_model_page_without_a_model(browser: Browser, tmp_path: Path) -> None:

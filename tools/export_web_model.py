@@ -4,7 +4,8 @@ The page runs the model in the reader's browser with a small JavaScript module
 (``_static/interactive/gpt-model.js``). This script writes what that module needs:
 
 * ``model.js``: the model's configuration and every weight, float32 little-endian, in one
-  base64 string, plus a manifest (name, shape, offset) for each tensor;
+  base64 string, plus a manifest (name, shape, offset) for each tensor, and the tokens whose
+  embedding rows training never changed (:func:`unread_ids`), which the page marks;
 * ``tokenizer.js``: the compact vocabulary (model id -> cl100k id) and the whole cl100k_base
   byte-pair table (each token's bytes, in rank order), so that the page splits any text exactly as
   tiktoken does and can name the tokens the model has never seen.
@@ -31,9 +32,10 @@ from pathlib import Path
 from gptlib.checkpoint import load_checkpoint
 from gptlib.files import atomic_write_bytes
 from gptlib.tokenizer import get_encoding
+from gptlib.train import make_optimizer
 
 FORMAT = "gptbook-web-model"
-VERSION = 2  # 2: config fields d_ff, norm_placement and norm_eps
+VERSION = 3  # 2: config fields d_ff, norm_placement and norm_eps; 3: unread_ids
 # The split pattern that gpt-tokenizer.js re-implements; a tiktoken that changes it must fail here
 CL100K_PATTERN = (
     r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
@@ -88,6 +90,22 @@ def check_exportable(config: dict, where: str) -> None:
         )
 
 
+def unread_ids(ckpt) -> list[int] | None:  # noqa: ANN001 (a gptlib Checkpoint)
+    """The model ids whose embedding row never got a gradient in training: tokens the run never
+    read as an input (chapter 10b's held-out-only tokens), still at their random start. AdamW's
+    running mean of squared gradients stays exactly 0 for such a row, and only for such a row.
+    None when the checkpoint holds no optimizer state (nothing is known about its training)."""
+    if ckpt.optimizer_state is None or ckpt.train_config is None:
+        return None
+    optimizer = make_optimizer(ckpt.model, ckpt.train_config, "cpu")
+    optimizer.load_state_dict(ckpt.optimizer_state)
+    state = optimizer.state.get(ckpt.model.token_embedding.weight)
+    if not state:  # saved before the first step
+        return None
+    squares = state["exp_avg_sq"]  # (V, d_model)
+    return (squares == 0).all(dim=1).nonzero().flatten().tolist()
+
+
 def model_payload(checkpoint_path: Path) -> dict:
     """The model's config, a manifest of its tensors and their float32 bytes (base64)."""
     ckpt = load_checkpoint(checkpoint_path)
@@ -117,6 +135,7 @@ def model_payload(checkpoint_path: Path) -> dict:
         "num_parameters": ckpt.model.num_parameters(),
         "tensors": tensors,
         "vocab_ids": vocab_ids,  # model id -> cl100k id (None: the model uses cl100k ids)
+        "unread_ids": unread_ids(ckpt),  # model ids never read in training (None: unknown)
         "weights": base64.b64encode(b"".join(chunks)).decode("ascii"),
     }
 

@@ -68,23 +68,62 @@
     });
   }
 
-  /** White -> dark blue for attention weights in [0, 1]. */
-  function weightColour(w) {
+  /** Is the site in dark mode? (the theme sets data-theme on <html>) */
+  function darkTheme() {
+    return document.documentElement.dataset.theme === "dark";
+  }
+
+  /** The colour of an attention weight in [0, 1]: the more weight, the stronger the blue. Light
+   * mode: white -> dark blue; dark mode: dark navy -> light blue, so that in both the heavy cells
+   * stand out from the page. */
+  function weightColour(w, dark = darkTheme()) {
     const t = Math.max(0, Math.min(1, w));
     const mix = (a, b) => Math.round(a + (b - a) * t);
+    if (dark) return `rgb(${mix(22, 150)}, ${mix(36, 205)}, ${mix(56, 255)})`;
     return `rgb(${mix(255, 8)}, ${mix(255, 48)}, ${mix(255, 107)})`;
+  }
+
+  /** The colour key, in the free top-left corner of the heatmap: a 0 -> 1 ramp and the masked grey. */
+  function drawKey(svg, dark) {
+    const gradient = svgEl("linearGradient", { id: "gptp-weight-ramp" });
+    for (let k = 0; k <= 4; k++) {
+      gradient.append(svgEl("stop", { offset: `${k * 25}%`, "stop-color": weightColour(k / 4, dark) }));
+    }
+    const defs = svgEl("defs");
+    defs.append(gradient);
+    svg.append(defs);
+    const label = (x, y, text, anchor = "start") =>
+      svgEl("text", { x, y, "font-size": 12, fill: "currentColor", "text-anchor": anchor, class: "gptp-key" }, text);
+    svg.append(
+      label(4, 40, "weight"),
+      svgEl("rect", { x: 4, y: 46, width: 80, height: 10, fill: "url(#gptp-weight-ramp)", stroke: "currentColor", "stroke-width": 0.5, class: "gptp-key" }),
+      label(4, 70, "0"),
+      label(84, 70, "1", "end"),
+      svgEl("rect", { x: 4, y: 80, width: 10, height: 10, fill: "#eeeeee", class: "gptp-masked gptp-key" }),
+      label(18, 89, "masked"),
+    );
   }
 
   function shortLabel(s, n = 12) {
     return s.length > n ? s.slice(0, n - 1) + "…" : s;
   }
 
+  /** What a cell of the heatmap says: its query and key tokens, with their positions, and its
+   * weight to three decimals. */
+  function cellText(labels, i, j, w) {
+    return `row ${i} “${labels[i]}” → column ${j} “${labels[j]}”: ${w.toFixed(3)}`;
+  }
+
   /** The attention weights of one head as a T x T heatmap with token labels. The SVG keeps its
    * natural size (labels 12 px, cell numbers 11 px): on a narrow screen its box scrolls sideways.
-   * Text takes the page's colour (currentColor), so the labels read in light and dark mode. */
+   * Text takes the page's colour (currentColor), so the labels read in light and dark mode. Each
+   * visible cell holds its row and column (data-i, data-j); the numbers drawn on the cells let
+   * the pointer through to them (pointer-events: none), so hovering anywhere on a cell shows its
+   * title. */
   function drawAttention(svg, weights, labels, name) {
     svg.replaceChildren();
     svg.setAttribute("aria-label", name);
+    const dark = darkTheme();
     const T = labels.length;
     const cell = Math.max(18, Math.min(34, Math.floor(480 / T)));
     const margin = 110;
@@ -105,11 +144,12 @@
           y: margin + i * cell,
           width: cell - 1,
           height: cell - 1,
-          fill: j > i ? "#eeeeee" : weightColour(w),
+          fill: j > i ? "#eeeeee" : weightColour(w, dark),
         });
         if (j > i) rect.setAttribute("class", "gptp-masked"); // its colour follows the theme (CSS)
+        else Object.assign(rect.dataset, { i, j });
         const title = svgEl("title");
-        title.textContent = j > i ? "masked (a future token)" : `${labels[i]} → ${labels[j]}: ${w.toFixed(3)}`;
+        title.textContent = j > i ? "masked (a future token)" : cellText(labels, i, j, w);
         rect.append(title);
         svg.append(rect);
         if (j <= i && cell >= 26) {
@@ -118,7 +158,8 @@
             y: margin + i * cell + cell / 2 + 4,
             "text-anchor": "middle",
             "font-size": 11,
-            fill: w > 0.55 ? "white" : "#222",
+            fill: (w > 0.55) !== dark ? "white" : "#222",
+            "pointer-events": "none",
           });
           text.textContent = w.toFixed(2).replace(/^0/, "");
           svg.append(text);
@@ -135,6 +176,20 @@
     const axis = svgEl("text", { x: 4, y: 14, "font-size": 12, fill: "currentColor", class: "gptp-axis" });
     axis.textContent = AXIS_CAPTION;
     svg.append(axis);
+    drawKey(svg, dark);
+  }
+
+  /** Mean weight on the previous token over the rows that have one (rows 1 to T-1), as the
+   * appendix *After training* measures it; and what an even spread would give: 1/(i+1) in row i. */
+  function previousTokenShare(weights) {
+    const T = weights.length;
+    let share = 0;
+    let even = 0;
+    for (let i = 1; i < T; i++) {
+      share += weights[i][i - 1];
+      even += 1 / (i + 1);
+    }
+    return { share: share / (T - 1), even: even / (T - 1) };
   }
 
   class Playground {
@@ -168,6 +223,8 @@
       this.blockSelect = el("select", { id: "gptp-block" }, ...Array.from({ length: nBlocks }, (_, i) => option(i)));
       this.headSelect = el("select", { id: "gptp-head" }, ...Array.from({ length: nHeads }, (_, i) => option(i)));
       this.attention = svgEl("svg", { id: "gptp-attention", class: "gptp-attention", role: "img" });
+      this.cell = el("p", { id: "gptp-cell", class: "gptp-note" });
+      this.previous = el("p", { id: "gptp-previous", class: "gptp-note" });
       // the slider holds log10 of the temperature: 0.1 at the left end, 1 in the middle, 10 at the right
       this.temperature = el("input", { id: "gptp-temperature", type: "range", min: -1, max: 1, step: 0.05, value: 0 });
       this.temperatureValue = el("output", { id: "gptp-temperature-value" });
@@ -201,13 +258,15 @@
             el("label", {}, `block (of ${nBlocks}) `, this.blockSelect),
             el("label", {}, `head (of ${nHeads}) `, this.headSelect)),
           el("div", { class: "gptp-scroll" }, this.attention),
+          this.cell,
+          this.previous,
         ),
         section(
           "3. The next token",
           el("div", { class: "gptp-controls" },
             el("label", { for: "gptp-temperature" }, "temperature (this table only) "),
             el("span", { class: "gptp-range" }, el("span", { class: "gptp-note" }, "0.1"), this.temperature, el("span", { class: "gptp-note" }, "10")),
-            this.temperatureValue),
+            el("span", {}, "τ = ", this.temperatureValue)),
           this.nextAbout,
           this.next,
         ),
@@ -228,6 +287,20 @@
       this.blockSelect.addEventListener("change", () => this.showAttention());
       this.headSelect.addEventListener("change", () => this.showAttention());
       this.temperature.addEventListener("input", () => this.showNext());
+      // a cell's weight under the map: on hover with a mouse, on a tap on a touch screen
+      const showCell = (event) => {
+        const rect = event.target.closest && event.target.closest("rect[data-i]");
+        if (!rect || !this.shownWeights) return;
+        const [i, j] = [Number(rect.dataset.i), Number(rect.dataset.j)];
+        this.cell.textContent = cellText(this.shownLabels, i, j, this.shownWeights[i][j]);
+      };
+      this.attention.addEventListener("pointerover", showCell);
+      this.attention.addEventListener("click", showCell);
+      // the site's light/dark switch: redraw the map in the other colours
+      new MutationObserver(() => this.showAttention()).observe(document.documentElement, {
+        attributes: true,
+        attributeFilter: ["data-theme"],
+      });
       this.generateButton.addEventListener("click", () => this.generate());
     }
 
@@ -277,15 +350,20 @@
         ...tokens.map((t) => {
           const isUnknown = t.model === undefined;
           let kind = "";
+          const isUnread = !isUnknown && this.model.isUnread(t.model);
           if (isUnknown) kind = " gptp-unknown";
           else if (!read.has(t)) kind = " gptp-outside"; // known, but before the window
+          if (isUnread) kind += " gptp-unread";
           return el(
             "span",
             {
               class: "gptp-token" + kind,
               "data-cl100k": t.cl100k,
               "data-model": isUnknown ? "" : t.model,
-              title: isUnknown ? "not in the model's vocabulary: left out" : `cl100k id ${t.cl100k}, model id ${t.model}`,
+              title: isUnknown
+                ? "not in the model's vocabulary: left out"
+                : `cl100k id ${t.cl100k}, model id ${t.model}` +
+                  (isUnread ? ": never read in training, so its vector is still random" : ""),
             },
             el(isUnknown ? "del" : "span", { class: "gptp-token-text" }, t.text),
             el("span", { class: "gptp-token-id" }, isUnknown ? `${t.cl100k} · left out` : `${t.cl100k} · ${t.model}`),
@@ -310,7 +388,16 @@
         notes.push(
           `${one ? "This token is" : "These tokens are"} not in the model's vocabulary: ${names.join(", ")}. ` +
             `The vocabulary holds only the tokens of ${this.about.corpus}, so the model has no vector ` +
-            `for ${one ? "it" : "them"} (chapter 1). ` + leftOut + this.spaceHint(unknown),
+            `for ${one ? "it" : "them"} (chapter 1). ` + leftOut + this.spaceHint(),
+        );
+      }
+      const unread = [...new Set(window.filter((t) => this.model.isUnread(t.model)).map((t) => `“${t.text}”`))];
+      if (unread.length) {
+        const one = unread.length === 1;
+        notes.push(
+          `${unread.join(", ")} ${one ? "is" : "are"} in the vocabulary, but training never read ` +
+            `${one ? "it" : "them"} (dashed border): the model reads ${one ? "it" : "them"} with the ` +
+            "random vector it started with (the note on tokens never read in training, on this page, says why).",
         );
       }
       if (tokens.some((t) => t.text.includes("\uFFFD"))) {
@@ -336,17 +423,19 @@
       return this.result.window.map((t) => `“${t.text}”`).join(" ");
     }
 
-    /** A word at the start of the text has no space before it, so it is another token than the
-     * same word inside a sentence (chapter 1). Where that other token is one the model knows, say
-     * so: "customer" is unknown, "␣customer" is not. */
-    spaceHint(unknown) {
+    /** A word at the start of the text has no space before it, so it is a different token from
+     * the same word inside a sentence (chapter 1). Where the whole word, with a space before it,
+     * is one token the model knows, say so: "customer" is unknown, "␣customer" is not. (A word
+     * that stays unknown with its space, "Héllo", gets no hint.) */
+    spaceHint() {
       const hints = [];
-      for (const t of unknown) {
-        const piece = this.tokenizer.decode([t.cl100k]);
+      for (const piece of book.splitCl100k(this.result.text)) {
         if (/^\s/.test(piece)) continue;
+        const ids = this.tokenizer.encode(piece);
+        if (ids.every((id) => this.model.toModelId(id) !== undefined)) continue; // nothing unknown
         const spaced = this.tokenizer.encode(" " + piece);
         if (spaced.length !== 1 || this.model.toModelId(spaced[0]) === undefined) continue;
-        const hint = `“${t.text}” without a space before it is another token than ` +
+        const hint = `“${ids.map((id) => this.tokenizer.tokenString(id)).join("")}” without a space before it is a different token from ` +
           `“${this.tokenizer.tokenString(spaced[0])}”, which the model knows`;
         if (!hints.includes(hint)) hints.push(hint);
       }
@@ -361,20 +450,47 @@
 
     showAttention() {
       const r = this.result;
+      this.shownWeights = null;
       if (!r || !r.attention) {
         this.attention.replaceChildren();
         this.attention.setAttribute("width", 0);
         this.attention.setAttribute("height", 0);
+        this.cell.textContent = "";
+        this.previous.textContent = "";
         return;
       }
-      const weights = r.attention[Number(this.blockSelect.value)][Number(this.headSelect.value)];
-      const block = this.blockSelect.value;
-      const head = this.headSelect.value;
-      drawAttention(this.attention, weights, r.window.map((t) => t.text), `attention weights of block ${block}, head ${head}`);
+      const block = Number(this.blockSelect.value);
+      const head = Number(this.headSelect.value);
+      const weights = r.attention[block][head];
+      this.shownWeights = weights;
+      this.shownLabels = r.window.map((t) => t.text);
+      drawAttention(this.attention, weights, this.shownLabels, `attention weights of block ${block}, head ${head}`);
+      this.cell.textContent = "Point at a cell, or tap it, to read its weight to three decimals here.";
+      this.showPrevious(block, head);
+    }
+
+    /** Under the map: the weight on the previous token, for the chosen head and for every head of
+     * the chosen block, against an even spread (Things to try 2). */
+    showPrevious(block, head) {
+      const heads = this.result.attention[block];
+      const T = heads[0].length;
+      if (T < 2) {
+        this.previous.textContent = "";
+        return;
+      }
+      const shares = heads.map((w) => previousTokenShare(w).share);
+      const mean = shares.reduce((a, b) => a + b, 0) / shares.length;
+      const { even } = previousTokenShare(heads[0]);
+      const f = (v) => v.toFixed(2);
+      this.previous.textContent =
+        `Weight on the previous token (the cells just left of the diagonal), averaged over rows 1 to ${T - 1}: ` +
+        `${f(shares[head])} in this head; ${shares.map(f).join(", ")} in the ${heads.length} heads of block ${block} ` +
+        `(mean ${f(mean)}). An even spread would give ${f(even)}.`;
     }
 
     showNext() {
       const tau = this.temperatureNow;
+      const V = this.model.config.vocab_size;
       this.temperatureValue.textContent = tau.toFixed(2);
       const r = this.result;
       if (!r || !r.logits) {
@@ -386,7 +502,9 @@
       const read = r.window.length === 1 ? "that token alone" : `all ${r.window.length} tokens it read`;
       this.nextAbout.textContent =
         `The ten most likely tokens to follow “${lastToken}”, the last token the model read: ` +
-        `computed at its position from ${read}, as softmax(logits / temperature).`;
+        `computed at its position from ${read}, as softmax(logits / temperature). Probabilities to ` +
+        `3 significant digits; each bar is drawn relative to the first one. An even spread over all ` +
+        `${V.toLocaleString("en")} tokens would give each ${(1 / V).toPrecision(3)}.`;
       const last = r.logits[r.logits.length - 1];
       const probs = book.softmax(last, tau);
       const order = Array.from(probs.keys()).sort((a, b) => probs[b] - probs[a]).slice(0, 10);
@@ -394,12 +512,12 @@
         el("tr", {}, el("th", {}, "next token"), el("th", {}, "probability"), el("th", {}, "")),
         ...order.map((id) => {
           const bar = el("span", { class: "gptp-bar" });
-          bar.style.width = `${(probs[id] * 100).toFixed(1)}%`;
+          bar.style.width = `${((probs[id] / probs[order[0]]) * 100).toFixed(1)}%`;
           return el(
             "tr",
             { "data-model": id },
             el("td", { class: "gptp-token-text" }, this.tokenizer.tokenString(this.model.toCl100kId(id))),
-            el("td", {}, probs[id].toFixed(3)),
+            el("td", { class: "gptp-probability" }, probs[id].toPrecision(3)),
             el("td", { class: "gptp-bar-cell" }, bar),
           );
         }),
