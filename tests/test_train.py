@@ -239,6 +239,7 @@ def test_nothing_to_do_when_checkpoint_is_past_max_iters(tmp_path):
     assert load_checkpoint(path).step == 8
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # torch.autocast on a CPU-only machine
 def test_bf16_autocast_only_where_bf16_is_native(monkeypatch):
     # a T4 (compute capability 7.5): PyTorch reports bf16 support, emulated; no autocast there
     from gptlib import train as train_module
@@ -251,6 +252,9 @@ def test_bf16_autocast_only_where_bf16_is_native(monkeypatch):
     assert isinstance(train_module._autocast(cuda, config), contextlib.nullcontext)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert train_module.native_bf16(cuda)  # an A100 or newer
+    assert isinstance(train_module._autocast(cuda, config), torch.autocast)
+    no_bf16 = replace(config, autocast_bf16=False)  # --no-bf16
+    assert isinstance(train_module._autocast(cuda, no_bf16), contextlib.nullcontext)
     assert not train_module.native_bf16(torch.device("cpu"))
     assert not train_module.native_bf16(torch.device("mps"))
 
