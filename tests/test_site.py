@@ -1139,6 +1139,11 @@ def test_page_model_matches_pytorch_on_the_books_model(
         assert difference < LOGIT_TOLERANCE, f"{prompt!r}: logits differ by {difference:.2e}"
         page_weights = torch.tensor(page["attention"], dtype=torch.float64)
         torch.testing.assert_close(page_weights, weights.double(), atol=1e-5, rtol=0)
+        # Things to try 2's answer: averaged over heads and rows, block 0 gives the token just
+        # before more weight than the last block
+        t = torch.arange(1, len(ids))
+        shares = weights[:, :, t, t - 1].mean(dim=(1, 2))  # (n_blocks,)
+        assert shares[0] > shares[-1], f"{prompt!r}: previous-token shares {shares.tolist()}"
     # generation from the first example (readable whole): greedy as gptlib.generate, sampling
     ids = tokenizer.encode(examples[0])
     for temperature, top_k in [(0, 0), (0.8, 10)]:

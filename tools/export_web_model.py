@@ -5,7 +5,8 @@ The page runs the model in the reader's browser with a small JavaScript module
 
 * ``model.js``: the model's configuration and every weight, float32 little-endian, in one
   base64 string, plus a manifest (name, shape, offset) for each tensor, and the tokens whose
-  embedding rows training never changed (:func:`unread_ids`), which the page marks;
+  embedding rows never got a gradient in training (only weight decay shrank them;
+  :func:`unread_ids`), which the page marks;
 * ``tokenizer.js``: the compact vocabulary (model id -> cl100k id) and the whole cl100k_base
   byte-pair table (each token's bytes, in rank order), so that the page splits any text exactly as
   tiktoken does and can name the tokens the model has never seen.
@@ -92,8 +93,9 @@ def check_exportable(config: dict, where: str) -> None:
 
 def unread_ids(ckpt) -> list[int] | None:  # noqa: ANN001 (a gptlib Checkpoint)
     """The model ids whose embedding row never got a gradient in training: tokens the run never
-    read as an input (chapter 10b's held-out-only tokens), still at their random start. AdamW's
-    running mean of squared gradients stays exactly 0 for such a row, and only for such a row.
+    read as an input (chapter 10b's held-out-only tokens), still their random start, only shrunk
+    by weight decay. AdamW's running mean of squared gradients stays exactly 0 for such a row, and
+    only for such a row.
     None when the checkpoint holds no optimizer state (nothing is known about its training)."""
     if ckpt.optimizer_state is None or ckpt.train_config is None:
         return None

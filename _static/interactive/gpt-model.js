@@ -101,12 +101,12 @@
         this.weights[t.name] = all.subarray(t.offset, t.offset + size);
       }
       if (this.vocabIds) this.modelIdOf = new Map(this.vocabIds.map((id, k) => [id, k]));
-      // model ids whose embedding row training never changed (absent from older exports)
+      // model ids whose embedding row never got a gradient (absent from older exports)
       this.unread = new Set(data.unread_ids || []);
     }
 
     /** True when training never read this token as an input: its vector is still the random one
-     * it started with. */
+     * it started with, only shrunk by weight decay. */
     isUnread(modelId) {
       return this.unread.has(modelId);
     }

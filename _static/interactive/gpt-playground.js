@@ -73,7 +73,7 @@
     return document.documentElement.dataset.theme === "dark";
   }
 
-  /** The colour of an attention weight in [0, 1]: the more weight, the stronger the blue. Light
+  /** The colour of an attention weight in [0, 1]: the more weight, the more the cell stands out. Light
    * mode: white -> dark blue; dark mode: dark navy -> light blue, so that in both the heavy cells
    * stand out from the page. */
   function weightColour(w, dark = darkTheme()) {
@@ -363,7 +363,7 @@
               title: isUnknown
                 ? "not in the model's vocabulary: left out"
                 : `cl100k id ${t.cl100k}, model id ${t.model}` +
-                  (isUnread ? ": never read in training, so its vector is still random" : ""),
+                  (isUnread ? ": never read in training, so its vector is still random (only shrunk)" : ""),
             },
             el(isUnknown ? "del" : "span", { class: "gptp-token-text" }, t.text),
             el("span", { class: "gptp-token-id" }, isUnknown ? `${t.cl100k} · left out` : `${t.cl100k} · ${t.model}`),
@@ -397,7 +397,8 @@
         notes.push(
           `${unread.join(", ")} ${one ? "is" : "are"} in the vocabulary, but training never read ` +
             `${one ? "it" : "them"} (dashed border): the model reads ${one ? "it" : "them"} with the ` +
-            "random vector it started with (the note on tokens never read in training, on this page, says why).",
+            `${one ? "random vector it" : "random vectors they"} started with, only shrunk by weight decay ` +
+            "(the note on tokens never read in training, on this page, says why).",
         );
       }
       if (tokens.some((t) => t.text.includes("\uFFFD"))) {
