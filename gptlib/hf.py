@@ -378,17 +378,16 @@ def _folder_class(path: Path):
     return getattr(import_transformers(), arch.hf_class)
 
 
-def _check_folder_config(path: Path, hf_class) -> None:
-    """Raise PretrainedUnavailableError, naming the problem, if gptlib cannot express the folder's
-    config.json (the RoPE scaling of Llama 3.1, say), before any weights are read."""
-    hf_config = hf_class.config_class.from_pretrained(path)
-    arch = architecture_of(hf_config.model_type, str(path / CONFIG_FILE))
+def _check_convertible(hf_config: Any, where: str) -> None:
+    """Raise PretrainedUnavailableError, naming the problem, if gptlib cannot express
+    ``hf_config`` (the RoPE scaling of Llama 3.1, say): decided from config.json alone, before
+    any weights are read or downloaded."""
     try:
-        with warnings.catch_warnings():  # from_hf warns (once) when it converts the model
+        with warnings.catch_warnings():  # from_hf gives its warnings, once, when it converts
             warnings.simplefilter("ignore")
-            arch.config_from_hf(hf_config)
+            config_from_hf(hf_config)
     except ValueError as err:
-        raise PretrainedUnavailableError(f"{path}: {err}") from err
+        raise PretrainedUnavailableError(f"{where}: {err}") from err
 
 
 def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike | None) -> str:
@@ -438,6 +437,7 @@ def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: 
     try:  # config.json first: its model_type picks the class, before the weights are fetched
         hf_config = transformers.AutoConfig.from_pretrained(repo_id, **kwargs)
         arch = architecture_of(hf_config.model_type, f"{repo_id}'s {CONFIG_FILE}")
+        _check_convertible(hf_config, f"{repo_id}'s {CONFIG_FILE}")
         cls = getattr(transformers, arch.hf_class)
         with _pickles_refused(repo_id):
             return cls.from_pretrained(repo_id, config=hf_config, **kwargs)
@@ -486,9 +486,10 @@ def from_pretrained(
     if path.is_dir():
         _check_local_dir(path)
         hf_class = _folder_class(path)
-        _check_folder_config(path, hf_class)  # before transformers reads gigabytes of weights
+        hf_config = hf_class.config_class.from_pretrained(path)
+        _check_convertible(hf_config, str(path / CONFIG_FILE))
         with _pickles_refused(path):
-            hf_model = hf_class.from_pretrained(path, local_files_only=True)
+            hf_model = hf_class.from_pretrained(path, config=hf_config, local_files_only=True)
     elif path.exists():
         raise PretrainedUnavailableError(
             f"{path} is a file; pass the folder that holds {CONFIG_FILE} and model.safetensors"

@@ -164,11 +164,12 @@ def test_from_pretrained_reads_a_llama_folder(tmp_path):
         assert (model(ids(7))[0] - reference(ids(7)).logits).abs().max().item() < TOL
 
 
-def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_path):
-    # Llama 3.1's rotary scaling: refused from config.json alone (the weights file is not even a
-    # valid safetensors file), with the error chapter 13's optional cell catches
-    small_llama(6).config.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
+@pytest.mark.parametrize("where", ["folder", "hub cache"])
+def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_path, where):
+    # Llama 3.1's rotary scaling: refused from config.json alone, with the error chapter 13's
+    # optional cell catches. The folder's weights file is not even a valid safetensors file, and
+    # the Hub cache holds no weights at all (fetching them would fail with another message).
+    config = small_llama(6).config.to_dict()
     config["rope_parameters"] = {
         "rope_type": "llama3",
         "rope_theta": 500_000.0,
@@ -177,10 +178,24 @@ def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_p
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 16,
     }
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "model.safetensors").write_bytes(b"not read")
+    if where == "folder":
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        (tmp_path / "model.safetensors").write_bytes(b"not read")
+        call = {"name_or_dir": tmp_path}
+    else:  # the Hugging Face cache's layout: a snapshot named by the ref "main"
+        repo = tmp_path / "models--someone--llama-3.1-like"
+        snapshot = repo / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("0" * 40)
+        (snapshot / "config.json").write_text(json.dumps(config))
+        call = {
+            "name_or_dir": "someone/llama-3.1-like",
+            "cache_dir": tmp_path,
+            "local_files_only": True,
+        }
     with pytest.raises(hf.PretrainedUnavailableError, match="rope_type='llama3'"):
-        hf.from_pretrained(tmp_path)
+        hf.from_pretrained(**call)
 
 
 def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_path):
