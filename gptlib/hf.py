@@ -56,6 +56,7 @@ __all__ = [
     "WEIGHT_FILES",
     "Architecture",
     "PretrainedUnavailableError",
+    "UnconvertibleConfigError",
     "TensorPair",
     "check_gpt2_compatible",
     "check_llama_compatible",
@@ -88,7 +89,13 @@ OUTPUT = "lm_head.weight"  # the output layer, under this name in gptlib and in 
 
 
 class PretrainedUnavailableError(RuntimeError):
-    """Pretrained weights are neither on disk nor downloadable (for instance offline)."""
+    """Pretrained weights cannot be had: neither on disk nor downloadable (for instance
+    offline), or their config.json describes a model gptlib cannot convert."""
+
+
+class UnconvertibleConfigError(PretrainedUnavailableError, ValueError):
+    """A config.json that gptlib cannot express (another architecture, Llama 3.1's RoPE
+    scaling, ...): refused from the file alone, before any weights are read or downloaded."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,20 +381,23 @@ def _folder_class(path: Path):
         model_type = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError) as err:
         raise PretrainedUnavailableError(f"cannot read {path / CONFIG_FILE}: {err}") from err
-    arch = architecture_of(model_type, str(path / CONFIG_FILE))
+    try:
+        arch = architecture_of(model_type, str(path / CONFIG_FILE))
+    except ValueError as err:
+        raise UnconvertibleConfigError(str(err)) from err
     return getattr(import_transformers(), arch.hf_class)
 
 
-def _check_convertible(hf_config: Any, where: str) -> None:
-    """Raise PretrainedUnavailableError, naming the problem, if gptlib cannot express
-    ``hf_config`` (the RoPE scaling of Llama 3.1, say): decided from config.json alone, before
-    any weights are read or downloaded."""
+def _check_convertible(hf_config: Any, where: str, overrides: Mapping[str, Any]) -> None:
+    """Raise UnconvertibleConfigError, naming the file and the problem, if gptlib cannot express
+    ``hf_config`` with ``overrides`` (another architecture, the RoPE scaling of Llama 3.1, ...):
+    decided from config.json alone, before any weights are read or downloaded."""
     try:
         with warnings.catch_warnings():  # from_hf gives its warnings, once, when it converts
             warnings.simplefilter("ignore")
-            config_from_hf(hf_config)
+            config_from_hf(hf_config, **overrides)
     except ValueError as err:
-        raise PretrainedUnavailableError(f"{where}: {err}") from err
+        raise UnconvertibleConfigError(f"{where}: {err}") from err
 
 
 def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike | None) -> str:
@@ -427,7 +437,12 @@ def _unavailable_message(name: str, repo_id: str, cache_dir: str | os.PathLike |
     )
 
 
-def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: bool | None):
+def _from_hub(
+    name: str,
+    cache_dir: str | os.PathLike | None,
+    local_files_only: bool | None,
+    overrides: Mapping[str, Any],
+):
     """The transformers model of the Hub id ``name`` (or its alias), from the cache or the Hub."""
     transformers = import_transformers()
     repo_id = HUB_ALIASES.get(name, name)
@@ -436,8 +451,8 @@ def _from_hub(name: str, cache_dir: str | os.PathLike | None, local_files_only: 
         kwargs["local_files_only"] = local_files_only
     try:  # config.json first: its model_type picks the class, before the weights are fetched
         hf_config = transformers.AutoConfig.from_pretrained(repo_id, **kwargs)
+        _check_convertible(hf_config, f"{repo_id}'s {CONFIG_FILE}", overrides)
         arch = architecture_of(hf_config.model_type, f"{repo_id}'s {CONFIG_FILE}")
-        _check_convertible(hf_config, f"{repo_id}'s {CONFIG_FILE}")
         cls = getattr(transformers, arch.hf_class)
         with _pickles_refused(repo_id):
             return cls.from_pretrained(repo_id, config=hf_config, **kwargs)
@@ -477,17 +492,19 @@ def from_pretrained(
     cache (``cache_dir`` or the default) and downloaded when online; with
     ``local_files_only=True``, or ``HF_HUB_OFFLINE=1``, nothing is downloaded. When the weights
     cannot be had this raises :class:`PretrainedUnavailableError`, saying which files to get and
-    where to put them.
+    where to put them; when config.json describes a model gptlib cannot convert, its subclass
+    :class:`UnconvertibleConfigError`, before any weights are read or downloaded.
     ``overrides`` may set ``dropout`` or ``fused_attention``.
     """
     import_transformers()  # the missing-package message before any other
+    check_runtime_overrides(overrides, "from_pretrained")  # before any file is read
     name = os.fspath(name_or_dir)
     path = Path(name).expanduser()
     if path.is_dir():
         _check_local_dir(path)
         hf_class = _folder_class(path)
         hf_config = hf_class.config_class.from_pretrained(path)
-        _check_convertible(hf_config, str(path / CONFIG_FILE))
+        _check_convertible(hf_config, str(path / CONFIG_FILE), overrides)
         with _pickles_refused(path):
             hf_model = hf_class.from_pretrained(path, config=hf_config, local_files_only=True)
     elif path.exists():
@@ -500,7 +517,7 @@ def from_pretrained(
             f"model.safetensors, or a Hub id such as 'gpt2'"
         )
     else:
-        hf_model = _from_hub(name, cache_dir, local_files_only)
+        hf_model = _from_hub(name, cache_dir, local_files_only, overrides)
     return from_hf(hf_model, **overrides).eval()
 
 

@@ -182,6 +182,7 @@ def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_p
         (tmp_path / "config.json").write_text(json.dumps(config))
         (tmp_path / "model.safetensors").write_bytes(b"not read")
         call = {"name_or_dir": tmp_path}
+        named = str(tmp_path / "config.json")
     else:  # the Hugging Face cache's layout: a snapshot named by the ref "main"
         repo = tmp_path / "models--someone--llama-3.1-like"
         snapshot = repo / "snapshots" / ("0" * 40)
@@ -194,14 +195,20 @@ def test_from_pretrained_refuses_a_rope_scaling_before_reading_the_weights(tmp_p
             "cache_dir": tmp_path,
             "local_files_only": True,
         }
-    with pytest.raises(hf.PretrainedUnavailableError, match="rope_type='llama3'"):
+        named = "someone/llama-3.1-like's config.json"
+    with pytest.raises(hf.UnconvertibleConfigError, match="rope_type='llama3'") as err:
         hf.from_pretrained(**call)
+    assert named in str(err.value)  # says which file
+    # an override that the weights' shapes fix is refused before any file is read, too
+    with pytest.raises(ValueError, match="from_pretrained can only override"):
+        hf.from_pretrained(**call, n_blocks=1)
 
 
 def test_from_pretrained_refuses_other_architectures_and_explains_offline(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(ValueError, match="'bert' model; gptlib reads GPT-2"):
+    # a ValueError, and the error chapter 13's optional cell catches
+    with pytest.raises(hf.UnconvertibleConfigError, match="'bert' model; gptlib reads GPT-2"):
         hf.from_pretrained(tmp_path)
     with pytest.raises(hf.PretrainedUnavailableError) as err:
         hf.from_pretrained("HuggingFaceTB/SmolLM2-135M", cache_dir=tmp_path, local_files_only=True)
