@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,8 +244,9 @@ def test_case5_ctrl_c_on_the_command_line(corpus, tmp_path):
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while b"train:" not in seen and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)  # wait for the progress bar: training has started
+    done_steps = re.compile(rb"train:[^\r\n]*\| *[1-9][0-9]*/100000")  # the bar at step 1 or later
+    while not done_steps.search(seen) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # wait until a step is done: an interrupt before it has nothing to save
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
     reader.join(timeout=5)
